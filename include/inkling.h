@@ -1,0 +1,143 @@
+/*
+ * inkling.h — public API of the inkling.c engine.
+ *
+ * The CLI, the server and the tests see only this header. Two opaque objects:
+ *   ink_model   — a loaded checkpoint (config, mmapped weights, thread pool); immutable after open.
+ *   ink_session — one inference timeline on a model: KV caches, short-conv states, position, scratch.
+ * Snapshots (ink_snapshot) capture a session's state for exact rollback (speculative decoding).
+ *
+ * Conventions
+ *   - Fallible functions return INK_OK (0) or a negative INK_E_* code and, when `err` is not NULL,
+ *     fill it with a message that names the file / tensor / field, what was expected and what was
+ *     found. The first error wins; later ones do not overwrite it.
+ *   - `*out` parameters are set only on success. Every `_free(NULL)` is a no-op.
+ *   - Ownership is stated per function. Borrowed pointers stay valid for the life of their owner.
+ *   - Library code never calls exit(); it never reads the environment.
+ */
+#ifndef INKLING_H
+#define INKLING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status codes and errors ------------------------------------------------------------ */
+
+enum ink_status {
+    INK_OK = 0,
+    INK_E_IO = -1,          /* a file could not be opened / read / written */
+    INK_E_FORMAT = -2,      /* a file is malformed (safetensors header, JSON, shapes) */
+    INK_E_NOMEM = -3,       /* an allocation failed */
+    INK_E_INVAL = -4,       /* bad argument: token id out of range, bad option value */
+    INK_E_UNSUPPORTED = -5, /* valid input this build does not support (architecture, dtype) */
+    INK_E_CTX_FULL = -6,    /* the session's context is full */
+    INK_E_CANCELLED = -7,   /* the caller cancelled the operation */
+    INK_E_NET = -8,         /* network / HTTP failure */
+};
+
+typedef struct ink_err {
+    int code;       /* INK_OK while no error was recorded */
+    char msg[1024]; /* human-readable, one line, no trailing newline */
+} ink_err;
+
+/* Records an error in `e` (if not NULL and no error was recorded yet). Returns `code`. */
+int ink_err_set(ink_err *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Short name of a status code ("io error", "format error", ...). Static string. */
+const char *ink_status_str(int code);
+
+/* ---- model ------------------------------------------------------------------------------ */
+
+typedef struct ink_model ink_model;
+
+typedef struct ink_model_opts {
+    int n_threads; /* compute threads; <= 0 means the number of online cores */
+} ink_model_opts;
+
+/* Opens the checkpoint in directory `dir` (config.json + safetensors, sharded or not). Weights are
+ * mmapped, never copied (small vectors such as norms are widened to f32). On success the caller
+ * owns *out and frees it with ink_model_free. */
+int ink_model_open(ink_model **out, const char *dir, const ink_model_opts *opts, ink_err *err);
+void ink_model_free(ink_model *m);
+
+/* What a directory holds, from config.json and safetensors headers only (no weights read). */
+typedef struct ink_model_info {
+    char family[64];       /* "Inkling" or the foreign family name found */
+    char variant[96];      /* "Inkling-Small (276B-A12B)", "custom", ... */
+    char architecture[96]; /* config.json architectures[0] */
+    char model_type[64];   /* config.json model_type */
+    char layout[32];       /* "release" (text_config), "flat" (text fields at top level) */
+    char names[32];        /* tensor naming: "release", "hf", "hf-causal", "unknown" */
+    char dtype[64];        /* weight dtypes of the backbone, e.g. "BF16 (+F32 router)" */
+    char quant[96];        /* "none", "mlx-affine 4-bit g64", "nvfp4 (routed experts)" */
+    int supported;         /* 1 if ink_model_open can load it in this build */
+    char reason[256];      /* why not, when supported == 0 */
+    int n_layer, n_sliding, n_global, n_dense, n_moe;
+    int hidden, vocab, vocab_unpadded;
+    int n_expert, n_expert_used, n_shared;
+    int mtp_depth_config;  /* mtp_config.num_nextn_predict_layers (0 if absent) */
+    int mtp_depth_tensors; /* MTP blocks found in the safetensors headers */
+    int max_ctx;           /* model_max_length */
+    int eos;               /* top-level eos_token_id (-1 if absent) */
+    int n_files;           /* safetensors files read for the backbone */
+    int64_t n_params;      /* backbone parameter count (elements of bound tensors) */
+} ink_model_info;
+
+/* Fills `info` for directory `dir`. Returns INK_OK when config.json was readable and describes
+ * something (supported or not; see info->supported), an error otherwise. */
+int ink_model_detect(const char *dir, ink_model_info *info, ink_err *err);
+/* Info of an opened model. Borrowed, valid until ink_model_free. */
+const ink_model_info *ink_model_get_info(const ink_model *m);
+int ink_model_n_vocab(const ink_model *m);  /* unpadded vocab: length of a logits row */
+int ink_model_n_embd(const ink_model *m);   /* hidden size H */
+int ink_model_n_threads(const ink_model *m);
+
+/* ---- session ---------------------------------------------------------------------------- */
+
+typedef struct ink_session ink_session;
+typedef struct ink_snapshot ink_snapshot;
+
+/* Creates a session with room for n_ctx tokens (<= 0: min(model_max_length, 4096)). All memory the
+ * forward pass touches (KV, conv states, scratch) is allocated here, once. The model must outlive
+ * the session. Caller frees with ink_session_free. */
+int ink_session_create(ink_session **out, ink_model *m, int n_ctx, ink_err *err);
+void ink_session_free(ink_session *s);
+int ink_session_pos(const ink_session *s);         /* tokens consumed so far */
+int ink_session_n_ctx(const ink_session *s);
+size_t ink_session_state_bytes(const ink_session *s); /* KV + conv state bytes allocated */
+void ink_session_reset(ink_session *s);            /* back to position 0, empty state */
+
+/* Optional outputs of ink_session_eval. Every pointer may be NULL; buffers belong to the caller. */
+typedef struct ink_eval_out {
+    float *logits;          /* all_logits ? [T, n_vocab] : [n_vocab] (last row only) */
+    int all_logits;
+    float *hidden_prenorm;  /* [T, H] last layer output before the final norm */
+    float *hidden_postnorm; /* [T, H] after the final norm (not divided by mu) */
+    float *embeddings;      /* [T, H] embed_norm(embed[id]) (diagnostics) */
+    float *layer_outputs;   /* [n_layer, T, H] residual stream after each layer (diagnostics) */
+} ink_eval_out;
+
+/* Feeds T >= 1 tokens at positions pos .. pos+T-1. Validates every id (< n_vocab) and the context
+ * before touching any state: on error the session is unchanged. Long inputs are processed in
+ * chunks internally; results do not depend on the chunking beyond float summation order. */
+int ink_session_eval(ink_session *s, const int32_t *tokens, int T, ink_eval_out *out, ink_err *err);
+
+/* Snapshots. A snapshot holds the session position and every conv state; KV rows are not copied:
+ * they stay valid because positions below the snapshot are never overwritten while at most
+ * ink_session_rollback_slack() tokens have been fed since the save. Save and restore never
+ * allocate. Caller frees with ink_snapshot_free. */
+int ink_snapshot_create(ink_snapshot **out, const ink_session *s, ink_err *err);
+void ink_snapshot_free(ink_snapshot *snap);
+void ink_session_save(const ink_session *s, ink_snapshot *snap);
+/* Restores the state saved in `snap` (which must come from this session). Fails with INK_E_INVAL
+ * (session unchanged) if the session went back before the snapshot or more than the slack past it. */
+int ink_session_restore(ink_session *s, const ink_snapshot *snap, ink_err *err);
+int ink_session_rollback_slack(const ink_session *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
