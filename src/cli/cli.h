@@ -1,0 +1,9 @@
+/* cli.h — subcommand entry points of the `inkling` binary. Each returns the process exit code:
+ * 0 success, 1 bad input / runtime failure (message on stderr), 2 usage error. Only src/cli/ may
+ * call exit() or read the environment. */
+#ifndef INK_CLI_H
+#define INK_CLI_H
+
+int cmd_info(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_generate(int argc, char **argv);

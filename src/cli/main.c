@@ -1,0 +1,42 @@
+/* main.c — `inkling` subcommand dispatch. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"info", cmd_info, "describe a model directory (family, variant, dtype, layers, KV memory)"},
+    {"logits", cmd_logits, "write the logits of every prompt position to an .npy file"},
+    {"generate", cmd_generate, "generate tokens from a prompt"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: inkling COMMAND [options]   (inkling COMMAND --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "inkling: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
