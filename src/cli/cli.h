@@ -7,3 +7,5 @@
 int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+
+#endif
