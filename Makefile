@@ -9,7 +9,7 @@ CC      ?= cc
 MODE    ?= release
 BUILD   := build/$(MODE)
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
-           -Wpointer-arith -Wvla -Wformat=2 -Wno-format-nonliteral
+           -Wpointer-arith -Wvla -Wformat=2 -Wno-format-nonliteral -Wno-format-truncation
 CSTD    := -std=c17 -D_POSIX_C_SOURCE=200809L
 OPT_release := -O2 -g -fno-omit-frame-pointer
 OPT_asan    := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all

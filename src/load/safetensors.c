@@ -1,0 +1,325 @@
+/* safetensors.c — header parsing, validation and mmap (see safetensors.h for the rules). */
+#include "load/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const struct {
+    const char *name;
+    int bits;
+} dtypes[INK_DT_COUNT] = {
+    [INK_DT_F32] = {"F32", 32},       [INK_DT_F16] = {"F16", 16},
+    [INK_DT_BF16] = {"BF16", 16},     [INK_DT_F64] = {"F64", 64},
+    [INK_DT_U8] = {"U8", 8},          [INK_DT_I8] = {"I8", 8},
+    [INK_DT_U16] = {"U16", 16},       [INK_DT_I16] = {"I16", 16},
+    [INK_DT_U32] = {"U32", 32},       [INK_DT_I32] = {"I32", 32},
+    [INK_DT_U64] = {"U64", 64},       [INK_DT_I64] = {"I64", 64},
+    [INK_DT_BOOL] = {"BOOL", 8},      [INK_DT_F8_E4M3] = {"F8_E4M3", 8},
+    [INK_DT_F8_E5M2] = {"F8_E5M2", 8}, [INK_DT_F8_E8M0] = {"F8_E8M0", 8},
+};
+
+const char *ink_dtype_name(int dt) { return dt >= 0 && dt < INK_DT_COUNT ? dtypes[dt].name : "?"; }
+int ink_dtype_bits(int dt) { return dt >= 0 && dt < INK_DT_COUNT ? dtypes[dt].bits : 0; }
+
+int64_t ink_st_numel(const ink_st_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i]; /* checked at parse time */
+    return n;
+}
+
+float ink_f16_to_f32(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
+    float v;
+    if (e == 0) v = ldexpf((float)m, -24);
+    else if (e == 31) v = m ? NAN : INFINITY;
+    else v = ldexpf((float)(m | 1024), (int)e - 25);
+    return s ? -v : v;
+}
+
+uint16_t ink_f32_to_bf16(float f)
+{
+    union { float f; uint32_t u; } v = {f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40); /* quiet NaN */
+    uint32_t r = v.u + 0x7fffu + ((v.u >> 16) & 1);
+    return (uint16_t)(r >> 16);
+}
+
+uint16_t ink_f32_to_f16(float f)
+{
+    union { float f; uint32_t u; } v = {f};
+    uint32_t s = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00u); /* rounds to inf */
+    if (a < 0x38800000u) {                                /* subnormal half (or zero) */
+        float q = fabsf(f) * 16777216.0f;                 /* exact scale by 2^24 */
+        return (uint16_t)(s | (uint32_t)lrintf(q));       /* lrint: round-to-nearest-even */
+    }
+    uint32_t r = a + 0xfffu + ((a >> 13) & 1);
+    return (uint16_t)(s | ((r - 0x38000000u) >> 13));
+}
+
+float ink_e4m3_to_f32(uint8_t b)
+{
+    uint32_t s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7) return NAN;
+    if (e == 0) v = ldexpf((float)m, -9);
+    else v = ldexpf((float)(8 + m), (int)e - 10);
+    return s ? -v : v;
+}
+
+static int dtype_parse(const char *s)
+{
+    for (int i = 0; i < INK_DT_COUNT; i++)
+        if (!strcmp(s, dtypes[i].name)) return i;
+    return -1;
+}
+
+static int cmp_begin(const void *a, const void *b)
+{
+    const ink_st_tensor *x = *(ink_st_tensor *const *)a, *y = *(ink_st_tensor *const *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(((const ink_st_tensor *)a)->name, ((const ink_st_tensor *)b)->name);
+}
+
+static int read_full(int fd, void *buf, size_t n, uint64_t off)
+{
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r, n -= (size_t)r, off += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* Parses one tensor entry; returns 0 or an error already recorded in err. */
+static int parse_entry(ink_st_file *f, const char *name, json_t *v, ink_st_tensor *t, uint64_t data_len,
+                       ink_err *err)
+{
+    const char *p = f->path;
+    if (!json_is_object(v))
+        return ink_err_set(err, INK_E_FORMAT, "%s: tensor '%s': expected an object, found a JSON %s", p,
+                           name, json_is_array(v) ? "array" : "scalar");
+    json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
+           *jo = json_object_get(v, "data_offsets");
+    if (!json_is_string(jd))
+        return ink_err_set(err, INK_E_FORMAT, "%s: tensor '%s': missing or non-string 'dtype'", p, name);
+    t->dtype = dtype_parse(json_string_value(jd));
+    if (t->dtype < 0)
+        return ink_err_set(err, INK_E_FORMAT, "%s: tensor '%s': unknown dtype '%s'", p, name,
+                           json_string_value(jd));
+    if (!json_is_array(js))
+        return ink_err_set(err, INK_E_FORMAT, "%s: tensor '%s': missing or non-array 'shape'", p, name);
+    if (json_array_size(js) > INK_ST_MAX_DIMS)
+        return ink_err_set(err, INK_E_FORMAT, "%s: tensor '%s': %zu dimensions (at most %d supported)", p,
+                           name, json_array_size(js), INK_ST_MAX_DIMS);
+    t->ndim = (int)json_array_size(js);
+    unsigned __int128 numel = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        json_t *d = json_array_get(js, (size_t)i);
+        if (!json_is_integer(d) || json_integer_value(d) < 0)
+            return ink_err_set(err, INK_E_FORMAT, "%s: tensor '%s': shape[%d] is not a non-negative integer",
+                               p, name, i);
+        t->shape[i] = json_integer_value(d);
+        numel *= (uint64_t)t->shape[i];
+        if (numel > ((unsigned __int128)1 << 62))
+            return ink_err_set(err, INK_E_FORMAT, "%s: tensor '%s': shape too large (element count overflows)",
+                               p, name);
+    }
+    if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
+        !json_is_integer(json_array_get(jo, 1)))
+        return ink_err_set(err, INK_E_FORMAT, "%s: tensor '%s': 'data_offsets' must be [begin, end] integers",
+                           p, name);
+    json_int_t b = json_integer_value(json_array_get(jo, 0)), e = json_integer_value(json_array_get(jo, 1));
+    if (b < 0 || e < b)
+        return ink_err_set(err, INK_E_FORMAT, "%s: tensor '%s': bad data_offsets [%lld, %lld]", p, name,
+                           (long long)b, (long long)e);
+    t->begin = (uint64_t)b, t->end = (uint64_t)e;
+    if (t->end > data_len)
+        return ink_err_set(err, INK_E_FORMAT,
+                           "%s: tensor '%s': data_offsets end %llu is past the data buffer (%llu bytes)", p,
+                           name, (unsigned long long)t->end, (unsigned long long)data_len);
+    unsigned __int128 bits = numel * (unsigned)ink_dtype_bits(t->dtype);
+    if (bits % 8 || (uint64_t)(bits / 8) != t->end - t->begin)
+        return ink_err_set(err, INK_E_FORMAT,
+                           "%s: tensor '%s': shape and dtype %s need %llu bytes but data_offsets span %llu",
+                           p, name, ink_dtype_name(t->dtype), (unsigned long long)(bits / 8),
+                           (unsigned long long)(t->end - t->begin));
+    return 0;
+}
+
+int ink_st_open(ink_st_file *f, const char *path, ink_err *err)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    int rc = INK_E_FORMAT;
+    json_t *root = NULL;
+    char *hdr = NULL;
+    ink_st_tensor **order = NULL;
+    f->path = strdup(path);
+    if (!f->path) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) {
+        rc = ink_err_set(err, INK_E_IO, "%s: cannot open: %s", path, strerror(errno));
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = ink_err_set(err, INK_E_IO, "%s: not a regular file", path);
+        goto fail;
+    }
+    f->size = (size_t)st.st_size;
+    uint8_t len8[8];
+    if (f->size < 8 || read_full(f->fd, len8, 8, 0)) {
+        rc = ink_err_set(err, INK_E_FORMAT, "%s: truncated: %zu bytes, a safetensors file needs at least 8",
+                         path, f->size);
+        goto fail;
+    }
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | len8[i];
+    if (n > INK_ST_MAX_HEADER || n > f->size - 8) {
+        rc = ink_err_set(err, INK_E_FORMAT, "%s: header length %llu is past the end of the file (%zu bytes)%s",
+                         path, (unsigned long long)n, f->size, n > INK_ST_MAX_HEADER ? " or over 100 MB" : "");
+        goto fail;
+    }
+    if (n < 2) {
+        rc = ink_err_set(err, INK_E_FORMAT, "%s: header of %llu bytes cannot hold a JSON object", path,
+                         (unsigned long long)n);
+        goto fail;
+    }
+    f->data_off = 8 + n;
+    hdr = malloc(n);
+    if (!hdr) {
+        rc = ink_err_set(err, INK_E_NOMEM, "%s: cannot allocate %llu header bytes", path, (unsigned long long)n);
+        goto fail;
+    }
+    if (read_full(f->fd, hdr, n, 8)) {
+        rc = ink_err_set(err, INK_E_IO, "%s: cannot read the header", path);
+        goto fail;
+    }
+    if (hdr[0] != '{') {
+        rc = ink_err_set(err, INK_E_FORMAT, "%s: header does not start with '{'", path);
+        goto fail;
+    }
+    json_error_t je;
+    root = json_loadb(hdr, n, JSON_REJECT_DUPLICATES, &je);
+    if (!root || !json_is_object(root)) {
+        rc = ink_err_set(err, INK_E_FORMAT, "%s: header is not a valid JSON object: %s (byte %d)", path,
+                         root ? "not an object" : je.text, root ? 0 : je.position);
+        goto fail;
+    }
+    uint64_t data_len = f->size - f->data_off;
+    size_t cnt = json_object_size(root);
+    f->t = calloc(cnt ? cnt : 1, sizeof *f->t);
+    if (!f->t) {
+        rc = ink_err_set(err, INK_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (!strcmp(key, "__metadata__")) {
+            if (!json_is_object(val)) {
+                rc = ink_err_set(err, INK_E_FORMAT, "%s: '__metadata__' must be an object of strings", path);
+                goto fail;
+            }
+            continue;
+        }
+        ink_st_tensor *t = &f->t[f->n];
+        if (parse_entry(f, key, val, t, data_len, err)) goto fail;
+        t->name = strdup(key);
+        if (!t->name) {
+            rc = ink_err_set(err, INK_E_NOMEM, "out of memory");
+            goto fail;
+        }
+        f->n++;
+    }
+    /* The tensors must tile the data buffer: sorted by begin, no holes, no overlap, no tail. */
+    order = malloc((size_t)(f->n ? f->n : 1) * sizeof *order);
+    if (!order) {
+        rc = ink_err_set(err, INK_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < f->n; i++) order[i] = &f->t[i];
+    qsort(order, (size_t)f->n, sizeof *order, cmp_begin);
+    uint64_t at = 0;
+    for (int i = 0; i < f->n; i++) {
+        if (order[i]->begin < at) {
+            rc = ink_err_set(err, INK_E_FORMAT, "%s: tensor '%s' [%llu, %llu) overlaps the tensor before it", path,
+                             order[i]->name, (unsigned long long)order[i]->begin, (unsigned long long)order[i]->end);
+            goto fail;
+        }
+        if (order[i]->begin > at) {
+            rc = ink_err_set(err, INK_E_FORMAT, "%s: gap of %llu bytes before tensor '%s'", path,
+                             (unsigned long long)(order[i]->begin - at), order[i]->name);
+            goto fail;
+        }
+        at = order[i]->end;
+    }
+    if (at != data_len) {
+        rc = ink_err_set(err, INK_E_FORMAT,
+                         "%s: tensors cover %llu data bytes but the file holds %llu after the header", path,
+                         (unsigned long long)at, (unsigned long long)data_len);
+        goto fail;
+    }
+    qsort(f->t, (size_t)f->n, sizeof *f->t, cmp_name);
+    free(order);
+    free(hdr);
+    json_decref(root);
+    return INK_OK;
+fail:
+    free(order);
+    free(hdr);
+    json_decref(root);
+    ink_st_close(f);
+    return rc;
+}
+
+int ink_st_map(ink_st_file *f, ink_err *err)
+{
+    if (f->map) return INK_OK;
+    void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+    if (m == MAP_FAILED) return ink_err_set(err, INK_E_IO, "%s: mmap failed: %s", f->path, strerror(errno));
+    f->map = m;
+    for (int i = 0; i < f->n; i++) f->t[i].data = f->map + f->data_off + f->t[i].begin;
+    return INK_OK;
+}
+
+void ink_st_close(ink_st_file *f)
+{
+    if (!f) return;
+    if (f->map) munmap(f->map, f->size);
+    if (f->fd >= 0) close(f->fd);
+    for (int i = 0; i < f->n; i++) free(f->t[i].name);
+    free(f->t);
+    free(f->path);
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+}
+
+const ink_st_tensor *ink_st_find(const ink_st_file *f, const char *name)
+{
+    int lo = 0, hi = f->n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2, c = strcmp(name, f->t[mid].name);
+        if (!c) return &f->t[mid];
+        if (c < 0) hi = mid - 1;
+        else lo = mid + 1;
+    }
+    return NULL;
+}

@@ -1,0 +1,329 @@
+/* forward.c — the Inkling decoder layer, embedding and LM head in f32 (inkling-text.md §3).
+ *
+ * Fixed summation orders (results never depend on the thread count):
+ *   attention: keys in ascending position; MoE: per token, routed experts in ascending expert id,
+ *   then shared experts in id order, each contribution weighted after its down projection. */
+#include "model/model.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+int ink_layer_kv_cap(const ink_layer_cfg *l, int n_ctx, int chunk)
+{
+    if (!l->sliding) return n_ctx;
+    int cap = l->window - 1 + chunk;
+    return cap < n_ctx ? cap : n_ctx;
+}
+
+int ink_layer_cache_init(ink_layer_cache *c, const ink_model *m, const ink_layer_cfg *l, int cap, ink_err *err)
+{
+    memset(c, 0, sizeof *c);
+    int S = m->cfg.conv_k - 1, H = m->cfg.hidden;
+    c->cap = cap;
+    c->kvw = l->n_kv * l->head_dim;
+    c->conv_n[0] = c->conv_n[1] = S * c->kvw;
+    c->conv_n[2] = c->conv_n[3] = S * H;
+    c->k = calloc((size_t)cap * c->kvw, sizeof(float));
+    c->v = calloc((size_t)cap * c->kvw, sizeof(float));
+    int ok = c->k && c->v;
+    for (int i = 0; i < 4; i++) ok = ok && (c->conv[i] = calloc((size_t)(c->conv_n[i] ? c->conv_n[i] : 1), sizeof(float)));
+    if (!ok) {
+        ink_layer_cache_free(c);
+        return ink_err_set(err, INK_E_NOMEM, "cannot allocate the KV cache (%d rows x %d floats)", cap, c->kvw);
+    }
+    return INK_OK;
+}
+
+void ink_layer_cache_free(ink_layer_cache *c)
+{
+    if (!c) return;
+    free(c->k);
+    free(c->v);
+    for (int i = 0; i < 4; i++) free(c->conv[i]);
+    memset(c, 0, sizeof *c);
+}
+
+void ink_layer_cache_clear(ink_layer_cache *c)
+{
+    for (int i = 0; i < 4; i++) memset(c->conv[i], 0, (size_t)c->conv_n[i] * sizeof(float));
+}
+
+size_t ink_layer_cache_bytes(const ink_layer_cache *c)
+{
+    return ((size_t)2 * c->cap * c->kvw + (size_t)c->conv_n[0] * 2 + (size_t)c->conv_n[2] * 2) * sizeof(float);
+}
+
+int ink_scratch_init(ink_scratch *s, const ink_model *m, int chunk, int n_ctx, ink_err *err)
+{
+    memset(s, 0, sizeof *s);
+    const ink_config *c = &m->cfg;
+    int qw = imax(c->n_head * c->head_dim, c->swa_n_head * c->swa_head_dim);
+    int kw = imax(c->n_kv * c->head_dim, c->swa_n_kv * c->swa_head_dim);
+    int rw = imax(c->n_head, c->swa_n_head) * c->d_rel;
+    int H = c->hidden, inter = imax(c->dense_inter, c->expert_inter);
+    int R = imax(c->rel_extent, c->window);
+    s->chunk = chunk, s->n_ctx = n_ctx, s->n_threads = ink_pool_size(m->pool);
+    size_t sz[13] = {
+        (size_t)chunk * H,                             /* a */
+        (size_t)chunk * qw,                            /* q */
+        (size_t)chunk * kw,                            /* k */
+        (size_t)chunk * kw,                            /* v */
+        (size_t)chunk * rw,                            /* r */
+        (size_t)chunk * qw,                            /* o */
+        (size_t)chunk * H,                             /* u */
+        (size_t)(c->conv_k - 1 + chunk) * imax(H, kw), /* ext */
+        (size_t)chunk * inter,                         /* ffn */
+        (size_t)chunk * inter,                         /* ffn2 */
+        (size_t)chunk * (c->n_expert + c->n_shared + 1), /* router logits */
+        (size_t)s->n_threads * (n_ctx + chunk + R),    /* scores + rel row, per thread */
+        (size_t)chunk * H * 2,                         /* moe gather + down output */
+    };
+    size_t total = 0;
+    for (int i = 0; i < 13; i++) total += (sz[i] + 15) & ~(size_t)15;
+    s->mem = aligned_alloc(64, total * sizeof(float));
+    s->route_ids = malloc((size_t)chunk * (c->n_expert_used + 1) * sizeof(int));
+    s->rows = malloc((size_t)chunk * sizeof(int));
+    s->route_w = malloc((size_t)chunk * (c->n_expert_used + c->n_shared + 1) * sizeof(float));
+    s->row_w = malloc((size_t)chunk * sizeof(float));
+    if (!s->mem || !s->route_ids || !s->rows || !s->route_w || !s->row_w) {
+        ink_scratch_free(s);
+        return ink_err_set(err, INK_E_NOMEM, "cannot allocate %zu bytes of scratch", total * sizeof(float));
+    }
+    memset(s->mem, 0, total * sizeof(float));
+    float **dst[13] = {&s->a, &s->q, &s->k, &s->v, &s->r, &s->o, &s->u, &s->ext, &s->ffn, &s->ffn2, &s->logits_r,
+                       &s->scores, &s->moe_acc};
+    float *p = s->mem;
+    for (int i = 0; i < 13; i++) *dst[i] = p, p += (sz[i] + 15) & ~(size_t)15;
+    return INK_OK;
+}
+
+void ink_scratch_free(ink_scratch *s)
+{
+    if (!s) return;
+    free(s->mem);
+    free(s->route_ids);
+    free(s->rows);
+    free(s->route_w);
+    free(s->row_w);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+typedef struct attn_ctx {
+    const ink_model *m;
+    const ink_layer_w *w;
+    const ink_layer_cache *c;
+    const ink_scratch *s;
+    int pos0, T;
+} attn_ctx;
+
+static void attn_task(void *arg, int ith, int nth)
+{
+    attn_ctx *a = arg;
+    const ink_layer_cfg *l = &a->w->cfg;
+    const ink_config *cfg = &a->m->cfg;
+    int nh = l->n_head, d = l->head_dim, g = nh / l->n_kv, R = l->rel_extent, dr = cfg->d_rel;
+    int kvw = a->c->kvw, cap = a->c->cap;
+    float *scores = a->s->scores + (size_t)ith * (a->s->n_ctx + a->s->chunk + imax(cfg->rel_extent, cfg->window));
+    float *lrel = scores + a->s->n_ctx + a->s->chunk;
+    int n_pairs = a->T * nh;
+    int p0 = (int)((long long)n_pairs * ith / nth), p1 = (int)((long long)n_pairs * (ith + 1) / nth);
+    float qt[4096];
+    for (int pi = p0; pi < p1; pi++) {
+        int t = pi / nh, h = pi % nh, kh = h / g;
+        int p = a->pos0 + t;
+        int lo = l->sliding ? imax(0, p - l->window + 1) : 0;
+        float tau = 1.0f;
+        if (l->log_scale) {
+            float ratio = (float)(p + 1) / (float)cfg->log_floor;
+            tau = 1.0f + cfg->log_alpha * logf(fmaxf(ratio, 1.0f));
+        }
+        const float *q = a->s->q + (size_t)t * nh * d + (size_t)h * d;
+        for (int i = 0; i < d; i++) qt[i] = tau * q[i];
+        /* relative logits for distances 0 .. min(R, p-lo+1)-1 */
+        int nrel = p - lo + 1 < R ? p - lo + 1 : R;
+        const float *rs = a->s->r + (size_t)t * nh * dr + (size_t)h * dr;
+        for (int e = 0; e < nrel; e++) lrel[e] = 0.0f;
+        for (int r = 0; r < dr; r++) {
+            const float *P = a->w->at.rel + (size_t)r * R;
+            float coef = rs[r];
+            for (int e = 0; e < nrel; e++) lrel[e] += coef * P[e];
+        }
+        float mx = -FLT_MAX;
+        for (int j = lo; j <= p; j++) {
+            const float *k = a->c->k + (size_t)(j % cap) * kvw + (size_t)kh * d;
+            float dot = 0.0f;
+            for (int i = 0; i < d; i++) dot += qt[i] * k[i];
+            int delta = p - j;
+            float sc = dot / (float)d + (delta < R ? tau * lrel[delta] : 0.0f);
+            scores[j - lo] = sc;
+            if (sc > mx) mx = sc;
+        }
+        float sum = 0.0f;
+        for (int j = lo; j <= p; j++) {
+            float e = expf(scores[j - lo] - mx);
+            scores[j - lo] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        float *o = a->s->o + (size_t)t * nh * d + (size_t)h * d;
+        for (int i = 0; i < d; i++) o[i] = 0.0f;
+        for (int j = lo; j <= p; j++) {
+            const float *v = a->c->v + (size_t)(j % cap) * kvw + (size_t)kh * d;
+            float pr = scores[j - lo] * inv;
+            for (int i = 0; i < d; i++) o[i] += pr * v[i];
+        }
+    }
+}
+
+static void head_norm(float *x, const float *w, int T, int n_heads, int d, float eps)
+{
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * d;
+            ink_rmsnorm(v, v, w, d, eps);
+        }
+}
+
+static void attention(const ink_model *m, const ink_layer_w *w, ink_layer_cache *c, int pos0, int T, ink_scratch *s)
+{
+    const ink_config *cfg = &m->cfg;
+    const ink_layer_cfg *l = &w->cfg;
+    int H = cfg->hidden, nh = l->n_head, nkv = l->n_kv, d = l->head_dim, K = cfg->conv_k;
+    ink_matmul(m->pool, &w->at.wq, s->a, H, T, s->q, nh * d);
+    ink_matmul(m->pool, &w->at.wk, s->a, H, T, s->k, nkv * d);
+    ink_matmul(m->pool, &w->at.wv, s->a, H, T, s->v, nkv * d);
+    ink_matmul(m->pool, &w->at.wr, s->a, H, T, s->r, nh * cfg->d_rel);
+    ink_sconv(w->at.k_conv, c->conv[0], s->k, s->k, T, nkv * d, K, s->ext);
+    ink_sconv(w->at.v_conv, c->conv[1], s->v, s->v, T, nkv * d, K, s->ext);
+    head_norm(s->q, w->at.q_norm, T, nh, d, cfg->eps);
+    head_norm(s->k, w->at.k_norm, T, nkv, d, cfg->eps);
+    for (int t = 0; t < T; t++) {
+        size_t slot = (size_t)((pos0 + t) % c->cap) * c->kvw;
+        memcpy(c->k + slot, s->k + (size_t)t * c->kvw, (size_t)c->kvw * sizeof(float));
+        memcpy(c->v + slot, s->v + (size_t)t * c->kvw, (size_t)c->kvw * sizeof(float));
+    }
+    attn_ctx a = {m, w, c, s, pos0, T};
+    if (T * nh == 1) attn_task(&a, 0, 1);
+    else ink_pool_run(m->pool, attn_task, &a);
+    ink_matmul(m->pool, &w->at.wo, s->o, nh * d, T, s->u, H);
+}
+
+/* ---- MLPs ------------------------------------------------------------------------------ */
+
+static float silu(float z) { return z / (1.0f + expf(-z)); }
+
+/* out[T][H] = down(silu(gate x) * up x) for rows x[T][H]. */
+static void swiglu(const ink_model *m, const ink_ffn_w *f, const float *x, int T, float *out, ink_scratch *s)
+{
+    int H = m->cfg.hidden, I = f->gate.rows;
+    ink_matmul(m->pool, &f->gate, x, H, T, s->ffn, I);
+    ink_matmul(m->pool, &f->up, x, H, T, s->ffn2, I);
+    for (size_t i = 0; i < (size_t)T * I; i++) s->ffn[i] = silu(s->ffn[i]) * s->ffn2[i];
+    ink_matmul(m->pool, &f->down, s->ffn, I, T, out, H);
+}
+
+/* Router for one token (inkling-text.md §3.7): chosen ids (in selection order: higher score first,
+ * lower id on ties) and the k+S mixture weights. */
+static void route(const ink_model *m, const ink_layer_w *w, const float *logit, int *chosen, float *wt)
+{
+    const ink_config *c = &m->cfg;
+    int E = c->n_expert, k = c->n_expert_used, S = c->n_shared;
+    float score[INK_MAX_TOPK];
+    for (int j = 0; j < k; j++) chosen[j] = -1, score[j] = -FLT_MAX;
+    for (int e = 0; e < E; e++) {
+        float sc = ink_sigmoid(logit[e]) + w->router_bias[e];
+        if (chosen[k - 1] >= 0 && !(sc > score[k - 1])) continue;
+        int j = k - 1;
+        while (j > 0 && (chosen[j - 1] < 0 || sc > score[j - 1])) {
+            chosen[j] = chosen[j - 1], score[j] = score[j - 1];
+            j--;
+        }
+        chosen[j] = e, score[j] = sc;
+    }
+    float ls[INK_MAX_TOPK + INK_MAX_SHARED], mx = -FLT_MAX;
+    for (int j = 0; j < k + S; j++) {
+        ls[j] = ink_logsigmoid(j < k ? logit[chosen[j]] : logit[E + j - k]);
+        if (ls[j] > mx) mx = ls[j];
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < k + S; j++) sum += expf(ls[j] - mx);
+    float lse = mx + logf(sum);
+    for (int j = 0; j < k + S; j++) wt[j] = expf(ls[j] - lse) * c->route_scale * w->router_scale;
+}
+
+static void moe(const ink_model *m, const ink_layer_w *w, const float *x, int T, float *out, ink_scratch *s)
+{
+    const ink_config *c = &m->cfg;
+    int H = c->hidden, E = c->n_expert, k = c->n_expert_used, S = c->n_shared, ER = E + S;
+    ink_matmul(m->pool, &w->router, x, H, T, s->logits_r, ER);
+    /* route every token; logits_r row t is reused to hold its k chosen ids and k+S weights */
+    int *chosen = s->route_ids, *rows = s->rows, KS = k + S;
+    float *wt = s->route_w, *rw = s->row_w;
+    for (int t = 0; t < T; t++) route(m, w, s->logits_r + (size_t)t * ER, chosen + t * k, wt + t * KS);
+    memset(out, 0, (size_t)T * H * sizeof(float));
+    float *gx = s->moe_acc, *gy = s->moe_acc + (size_t)s->chunk * H;
+    for (int e = 0; e < E + S; e++) {
+        int n = 0;
+        for (int t = 0; t < T; t++) {
+            if (e < E) {
+                for (int j = 0; j < k; j++)
+                    if (chosen[t * k + j] == e) rows[n] = t, rw[n++] = wt[t * KS + j];
+            } else
+                rows[n] = t, rw[n++] = wt[t * KS + k + e - E];
+        }
+        if (!n) continue;
+        for (int i = 0; i < n; i++) memcpy(gx + (size_t)i * H, x + (size_t)rows[i] * H, (size_t)H * sizeof(float));
+        swiglu(m, e < E ? &w->experts[e] : &w->shared[e - E], gx, n, gy, s);
+        for (int i = 0; i < n; i++) {
+            float *o = out + (size_t)rows[i] * H;
+            const float *y = gy + (size_t)i * H;
+            for (int h = 0; h < H; h++) o[h] += rw[i] * y[h];
+        }
+    }
+}
+
+/* ---- layer ----------------------------------------------------------------------------- */
+
+void ink_layer_forward(const ink_model *m, const ink_layer_w *w, ink_layer_cache *c, int pos0, float *x, int T,
+                       ink_scratch *s)
+{
+    const ink_config *cfg = &m->cfg;
+    int H = cfg->hidden, K = cfg->conv_k;
+    for (int t = 0; t < T; t++) ink_rmsnorm(s->a + (size_t)t * H, x + (size_t)t * H, w->attn_norm, H, cfg->eps);
+    attention(m, w, c, pos0, T, s);
+    ink_sconv(w->attn_conv, c->conv[2], s->u, s->u, T, H, K, s->ext);
+    for (size_t i = 0; i < (size_t)T * H; i++) x[i] += s->u[i];
+    for (int t = 0; t < T; t++) ink_rmsnorm(s->a + (size_t)t * H, x + (size_t)t * H, w->mlp_norm, H, cfg->eps);
+    if (w->cfg.moe) moe(m, w, s->a, T, s->u, s);
+    else {
+        swiglu(m, &w->dense, s->a, T, s->u, s);
+        for (size_t i = 0; i < (size_t)T * H; i++) s->u[i] *= w->dense_scale;
+    }
+    ink_sconv(w->mlp_conv, c->conv[3], s->u, s->u, T, H, K, s->ext);
+    for (size_t i = 0; i < (size_t)T * H; i++) x[i] += s->u[i];
+}
+
+void ink_embed(const ink_model *m, const int32_t *ids, int T, float *out)
+{
+    int H = m->cfg.hidden;
+    for (int t = 0; t < T; t++) {
+        float *o = out + (size_t)t * H;
+        ink_mat_row(&m->embed, ids[t], o);
+        ink_rmsnorm(o, o, m->embed_norm, H, m->cfg.eps);
+    }
+}
+
+void ink_lm_head(const ink_model *m, const float *x, int T, float *logits, float *tmp)
+{
+    int H = m->cfg.hidden, Vu = m->cfg.vocab_unpadded;
+    for (size_t i = 0; i < (size_t)T * H; i++) tmp[i] = x[i] / m->cfg.mup;
+    ink_mat head = m->unembed;
+    head.rows = Vu;
+    ink_matmul(m->pool, &head, tmp, H, T, logits, Vu);
+}

@@ -1,0 +1,535 @@
+/* load.c — model directory -> ink_model: detection table, tensor binding with strict shapes.
+ *
+ * Tensor names (inkling-text.md §2): the release names (model.llm.*) first; the transformers names
+ * (model.language_model.* for the multimodal class, model.* + lm_head for InklingForCausalLM) are
+ * accepted too. Fused gate/up tensors: release w13 tensors are row-interleaved (even rows gate, odd
+ * rows up) and become two strided views; the HF gate_up_proj is half-split; pre-split stacks
+ * (gate_proj/up_proj) bind directly. */
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void *ink_model_own(ink_model *m, void *p)
+{
+    if (!p) return NULL;
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? 2 * m->cap_owned : 256;
+        void **n = realloc(m->owned, (size_t)cap * sizeof *n);
+        if (!n) {
+            free(p);
+            return NULL;
+        }
+        m->owned = n, m->cap_owned = cap;
+    }
+    return m->owned[m->n_owned++] = p;
+}
+
+static const char *shape_str(const ink_st_tensor *t, char *buf, size_t n)
+{
+    size_t l = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < t->ndim && l < n; i++)
+        l += (size_t)snprintf(buf + l, n - l, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    if (l < n) snprintf(buf + l, n - l, "]");
+    return buf;
+}
+
+static int is_float(int dt) { return dt == INK_DT_F32 || dt == INK_DT_BF16 || dt == INK_DT_F16; }
+
+static int not_float(ink_tdir *td, const ink_tref *r, ink_err *err)
+{
+    char base[512];
+    snprintf(base, sizeof base, "%s", r->name);
+    char *dot = strrchr(base, '.');
+    if (dot) *dot = 0;
+    char sc[600];
+    snprintf(sc, sizeof sc, "%s.scales", base);
+    if (r->t->dtype == INK_DT_U32 && ink_tdir_find(td, sc))
+        return ink_err_set(err, INK_E_UNSUPPORTED,
+                           "tensor %s is MLX affine-quantized (U32 + scales); quantized checkpoints are not "
+                           "supported by this build yet", r->name);
+    snprintf(sc, sizeof sc, "%s.scale", r->name);
+    if (r->t->dtype == INK_DT_U8 && ink_tdir_find(td, sc))
+        return ink_err_set(err, INK_E_UNSUPPORTED,
+                           "tensor %s is NVFP4-quantized (U8 + F8_E4M3 scales); not supported by this build yet",
+                           r->name);
+    return ink_err_set(err, INK_E_UNSUPPORTED, "tensor %s has dtype %s; expected F32, BF16 or F16", r->name,
+                       ink_dtype_name(r->t->dtype));
+}
+
+/* Pointer to the tensor's data, mapped; an aligned copy (owned by the model) when the file puts it at
+ * an offset that is not a multiple of the element size. */
+static const void *tensor_data(ink_model *m, ink_tdir *td, const ink_tref *r, ink_err *err)
+{
+    if (ink_tdir_map(td, r, err)) return NULL;
+    size_t es = (size_t)ink_dtype_bits(r->t->dtype) / 8;
+    if (es <= 1 || ((uintptr_t)r->t->data % es) == 0) return r->t->data;
+    size_t n = (size_t)(r->t->end - r->t->begin);
+    void *p = ink_model_own(m, malloc(n ? n : 1));
+    if (!p) {
+        ink_err_set(err, INK_E_NOMEM, "out of memory copying misaligned tensor %s", r->name);
+        return NULL;
+    }
+    memcpy(p, r->t->data, n);
+    return p;
+}
+
+static const ink_tref *need(ink_tdir *td, const char *name, ink_err *err)
+{
+    const ink_tref *r = ink_tdir_find(td, name);
+    if (!r) ink_err_set(err, INK_E_FORMAT, "%s: required tensor %s is missing", td->dir, name);
+    return r;
+}
+
+int ink_bind_vec(ink_model *m, ink_tdir *td, const char *name, int64_t n, float **out, ink_err *err)
+{
+    const ink_tref *r = need(td, name, err);
+    if (!r) return err ? err->code : INK_E_FORMAT;
+    if (!is_float(r->t->dtype)) return not_float(td, r, err);
+    int64_t ne = ink_st_numel(r->t);
+    if (ne != n) {
+        char b[96];
+        return ink_err_set(err, INK_E_FORMAT, "tensor %s: expected %lld elements, found shape %s", name, (long long)n,
+                           shape_str(r->t, b, sizeof b));
+    }
+    const void *d = tensor_data(m, td, r, err);
+    float *f = d ? ink_model_own(m, malloc((size_t)(n ? n : 1) * sizeof(float))) : NULL;
+    if (!f) return d ? ink_err_set(err, INK_E_NOMEM, "out of memory") : err->code;
+    for (int64_t i = 0; i < n; i++) {
+        if (r->t->dtype == INK_DT_F32) f[i] = ((const float *)d)[i];
+        else if (r->t->dtype == INK_DT_BF16) f[i] = ink_bf16_to_f32(((const uint16_t *)d)[i]);
+        else f[i] = ink_f16_to_f32(((const uint16_t *)d)[i]);
+    }
+    *out = f;
+    return INK_OK;
+}
+
+static int bind_scalar(ink_model *m, ink_tdir *td, const char *name, float *out, ink_err *err)
+{
+    float *v;
+    int rc = ink_bind_vec(m, td, name, 1, &v, err);
+    if (!rc) *out = v[0];
+    return rc;
+}
+
+/* A stack of `n` matrices [n, rows, cols] (n = 0: plain 2-D [rows, cols]). Returns the data base. */
+static const void *bind_stack(ink_model *m, ink_tdir *td, const char *name, int n, int rows, int cols, int *dtype,
+                              ink_err *err)
+{
+    const ink_tref *r = need(td, name, err);
+    if (!r) return NULL;
+    if (!is_float(r->t->dtype)) {
+        not_float(td, r, err);
+        return NULL;
+    }
+    const ink_st_tensor *t = r->t;
+    int ok = n ? (t->ndim == 3 && t->shape[0] == n && t->shape[1] == rows && t->shape[2] == cols)
+               : (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols);
+    if (!ok) {
+        char b[96];
+        if (n)
+            ink_err_set(err, INK_E_FORMAT, "tensor %s: expected shape [%d, %d, %d] from config.json, found %s", name, n,
+                        rows, cols, shape_str(t, b, sizeof b));
+        else
+            ink_err_set(err, INK_E_FORMAT, "tensor %s: expected shape [%d, %d] from config.json, found %s", name, rows,
+                        cols, shape_str(t, b, sizeof b));
+        return NULL;
+    }
+    *dtype = t->dtype;
+    return tensor_data(m, td, r, err);
+}
+
+int ink_bind_mat(ink_model *m, ink_tdir *td, const char *name, int rows, int cols, ink_mat *out, ink_err *err)
+{
+    int dt;
+    const void *d = bind_stack(m, td, name, 0, rows, cols, &dt, err);
+    if (!d) return err ? err->code : INK_E_FORMAT;
+    *out = (ink_mat){dt, rows, cols, (size_t)cols, d};
+    return INK_OK;
+}
+
+static size_t esize(int dt) { return dt == INK_DT_F32 ? 4 : 2; }
+
+static ink_mat view(int dt, const void *base, size_t elem_off, int rows, int cols, size_t stride)
+{
+    return (ink_mat){dt, rows, cols, stride, (const uint8_t *)base + elem_off * esize(dt)};
+}
+
+/* Conv taps [C,1,K] (torch), [C,K,1] (MLX) or [C,K] -> f32 [C][K]. */
+static int bind_conv(ink_model *m, ink_tdir *td, const char *name, int C, int K, float **out, ink_err *err)
+{
+    const ink_tref *r = need(td, name, err);
+    if (!r) return err->code;
+    const ink_st_tensor *t = r->t;
+    int ok = t->shape[0] == C && ((t->ndim == 3 && ((t->shape[1] == 1 && t->shape[2] == K) ||
+                                                   (t->shape[1] == K && t->shape[2] == 1))) ||
+                                  (t->ndim == 2 && t->shape[1] == K));
+    if (!ok) {
+        char b[96];
+        return ink_err_set(err, INK_E_FORMAT, "tensor %s: expected conv shape [%d, 1, %d] (or [%d, %d, 1]), found %s",
+                           name, C, K, C, K, shape_str(t, b, sizeof b));
+    }
+    return ink_bind_vec(m, td, name, (int64_t)C * K, out, err); /* all layouts are C-major with K contiguous */
+}
+
+/* Tries prefix+suffix for each suffix; returns the index found or -1. */
+static int find_suffix(ink_tdir *td, const char *prefix, const char *const *suf, char *name, size_t n)
+{
+    for (int i = 0; suf[i]; i++) {
+        snprintf(name, n, "%s%s", prefix, suf[i]);
+        if (ink_tdir_find(td, name)) return i;
+    }
+    snprintf(name, n, "%s%s", prefix, suf[0] ? suf[0] : "");
+    return -1;
+}
+
+#define SUF(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static int bind_named(ink_model *m, ink_tdir *td, const char *prefix, const char *const *suf, int kind, int a, int b,
+                      void *out, ink_err *err)
+{
+    char name[512];
+    find_suffix(td, prefix, suf, name, sizeof name);
+    switch (kind) {
+    case 0: return ink_bind_vec(m, td, name, a, out, err);
+    case 1: return ink_bind_mat(m, td, name, a, b, out, err);
+    case 2: return bind_conv(m, td, name, a, b, out, err);
+    default: return bind_scalar(m, td, name, out, err);
+    }
+}
+
+/* gate/up/down of a stack of n SwiGLUs (n = 0: one dense MLP) of width I. */
+static int bind_ffn(ink_model *m, ink_tdir *td, const char *prefix, int n, int I, int H, const char *const *fused_il,
+                    const char *const *fused_half, const char *const *gate, const char *const *up,
+                    const char *const *down, ink_ffn_w *out, ink_err *err)
+{
+    char name[512];
+    int cnt = n ? n : 1, dt;
+    const void *base;
+    int il = find_suffix(td, prefix, fused_il, name, sizeof name) >= 0;
+    int half = !il && fused_half[0] && find_suffix(td, prefix, fused_half, name, sizeof name) >= 0;
+    int split = !il && !half && find_suffix(td, prefix, gate, name, sizeof name) >= 0;
+    if (il || !(half || split)) { /* release layout: even rows gate, odd rows up */
+        find_suffix(td, prefix, fused_il, name, sizeof name);
+        if (!(base = bind_stack(m, td, name, n, 2 * I, H, &dt, err))) return err->code;
+        for (int e = 0; e < cnt; e++) {
+            size_t off = (size_t)e * 2 * I * H;
+            out[e].gate = view(dt, base, off, I, H, 2 * (size_t)H);
+            out[e].up = view(dt, base, off + (size_t)H, I, H, 2 * (size_t)H);
+        }
+    } else if (half) { /* HF gate_up_proj: first half gate, second half up */
+        if (!(base = bind_stack(m, td, name, n, 2 * I, H, &dt, err))) return err->code;
+        for (int e = 0; e < cnt; e++) {
+            size_t off = (size_t)e * 2 * I * H;
+            out[e].gate = view(dt, base, off, I, H, (size_t)H);
+            out[e].up = view(dt, base, off + (size_t)I * H, I, H, (size_t)H);
+        }
+    } else { /* pre-split gate_proj / up_proj */
+        if (!(base = bind_stack(m, td, name, n, I, H, &dt, err))) return err->code;
+        for (int e = 0; e < cnt; e++) out[e].gate = view(dt, base, (size_t)e * I * H, I, H, (size_t)H);
+        find_suffix(td, prefix, up, name, sizeof name);
+        if (!(base = bind_stack(m, td, name, n, I, H, &dt, err))) return err->code;
+        for (int e = 0; e < cnt; e++) out[e].up = view(dt, base, (size_t)e * I * H, I, H, (size_t)H);
+    }
+    find_suffix(td, prefix, down, name, sizeof name);
+    if (!(base = bind_stack(m, td, name, n, H, I, &dt, err))) return err->code;
+    for (int e = 0; e < cnt; e++) out[e].down = view(dt, base, (size_t)e * H * I, H, I, (size_t)I);
+    return INK_OK;
+}
+
+int ink_bind_layer(ink_model *m, ink_tdir *td, const char *p, const ink_layer_cfg *l, ink_layer_w *w, ink_err *err)
+{
+    const ink_config *c = &m->cfg;
+    int H = c->hidden, K = c->conv_k, nh = l->n_head, nkv = l->n_kv, d = l->head_dim;
+    w->cfg = *l;
+    int rc = 0;
+    rc = rc ? rc : bind_named(m, td, p, SUF("attn_norm.weight", "input_layernorm.weight"), 0, H, 0, &w->attn_norm, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("mlp_norm.weight", "post_attention_layernorm.weight"), 0, H, 0, &w->mlp_norm, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("attn_sconv.weight", "attn_sconv.conv1d.weight", "attn_sconv.conv.weight"), 2, H, K, &w->attn_conv, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("mlp_sconv.weight", "mlp_sconv.conv1d.weight", "mlp_sconv.conv.weight"), 2, H, K, &w->mlp_conv, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("attn.wq_du.weight", "self_attn.q_proj.weight"), 1, nh * d, H, &w->at.wq, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("attn.wk_dv.weight", "self_attn.k_proj.weight"), 1, nkv * d, H, &w->at.wk, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("attn.wv_dv.weight", "self_attn.v_proj.weight"), 1, nkv * d, H, &w->at.wv, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("attn.wr_du.weight", "self_attn.r_proj.weight"), 1, nh * c->d_rel, H, &w->at.wr, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("attn.wo_ud.weight", "self_attn.o_proj.weight"), 1, H, nh * d, &w->at.wo, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("attn.q_norm.weight", "self_attn.q_norm.weight"), 0, d, 0, &w->at.q_norm, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("attn.k_norm.weight", "self_attn.k_norm.weight"), 0, d, 0, &w->at.k_norm, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("attn.k_sconv.weight", "self_attn.k_sconv.conv1d.weight", "self_attn.k_sconv.conv.weight"), 2, nkv * d, K, &w->at.k_conv, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("attn.v_sconv.weight", "self_attn.v_sconv.conv1d.weight", "self_attn.v_sconv.conv.weight"), 2, nkv * d, K, &w->at.v_conv, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("attn.rel_logits_proj.proj", "self_attn.rel_logits_proj.proj", "self_attn.rel_proj"), 0, (int64_t)c->d_rel * l->rel_extent, 0, &w->at.rel, err);
+    if (rc) return rc;
+    if (!l->moe) {
+        w->inter = c->dense_inter;
+        rc = bind_ffn(m, td, p, 0, c->dense_inter, H, SUF("mlp.w13_dn.weight"), SUF(NULL),
+                      SUF("mlp.gate_proj.weight"), SUF("mlp.up_proj.weight"), SUF("mlp.w2_md.weight", "mlp.down_proj.weight"),
+                      &w->dense, err);
+        return rc ? rc : bind_named(m, td, p, SUF("mlp.global_scale"), 3, 0, 0, &w->dense_scale, err);
+    }
+    int E = c->n_expert, S = c->n_shared, I = c->expert_inter;
+    w->inter = I;
+    rc = bind_named(m, td, p, SUF("mlp.gate.weight", "mlp.gate_weight"), 1, E + S, H, &w->router, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("mlp.gate.bias", "mlp.gate.e_score_correction_bias", "mlp.e_score_correction_bias"), 0, E, 0, &w->router_bias, err);
+    rc = rc ? rc : bind_named(m, td, p, SUF("mlp.gate.global_scale", "mlp.global_scale"), 3, 0, 0, &w->router_scale, err);
+    if (rc) return rc;
+    w->experts = ink_model_own(m, calloc((size_t)E, sizeof *w->experts));
+    w->shared = ink_model_own(m, calloc((size_t)(S ? S : 1), sizeof *w->shared));
+    if (!w->experts || !w->shared) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    rc = bind_ffn(m, td, p, E, I, H, SUF("mlp.experts.w13_weight"), SUF("mlp.experts.gate_up_proj"),
+                  SUF("mlp.experts.gate_proj.weight", "mlp.switch_mlp.gate_proj.weight", "mlp.experts.gate_proj"),
+                  SUF("mlp.experts.up_proj.weight", "mlp.switch_mlp.up_proj.weight", "mlp.experts.up_proj"),
+                  SUF("mlp.experts.w2_weight", "mlp.experts.down_proj", "mlp.experts.down_proj.weight", "mlp.switch_mlp.down_proj.weight"),
+                  w->experts, err);
+    if (rc || !S) return rc;
+    return bind_ffn(m, td, p, S, I, H, SUF("mlp.shared_experts.shared_w13_weight"), SUF(NULL),
+                    SUF("mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.gate_proj"),
+                    SUF("mlp.shared_experts.up_proj.weight", "mlp.shared_experts.up_proj"),
+                    SUF("mlp.shared_experts.shared_w2_weight", "mlp.shared_experts.down_proj.weight", "mlp.shared_experts.down_proj"),
+                    w->shared, err);
+}
+
+/* ---- naming conventions and detection ---------------------------------------------------- */
+
+typedef struct naming {
+    const char *id;          /* "release", "hf", "hf-causal" */
+    const char *embed, *norm, *unembed, *layer_fmt;
+    const char *embed_norm[3];
+} naming;
+
+static const naming namings[] = {
+    {"release", "model.llm.embed.weight", "model.llm.norm.weight", "model.llm.unembed.weight", "model.llm.layers.%d.",
+     {"model.llm.embed_norm.weight", NULL, NULL}},
+    {"hf", "model.language_model.embed_tokens.weight", "model.language_model.norm.weight", "lm_head.weight",
+     "model.language_model.layers.%d.",
+     {"model.language_model.embed_norm.weight", "model.language_model.embed_tokens.embed_norm.weight", NULL}},
+    {"hf-causal", "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.%d.",
+     {"model.embed_norm.weight", "model.embed_tokens.embed_norm.weight", NULL}},
+};
+
+static const naming *detect_naming(const ink_tdir *td)
+{
+    for (size_t i = 0; i < sizeof namings / sizeof namings[0]; i++)
+        if (ink_tdir_find(td, namings[i].embed)) return &namings[i];
+    return NULL;
+}
+
+static int starts(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+
+static void describe_tensors(const ink_tdir *td, ink_model_info *info)
+{
+    int cnt[INK_DT_COUNT] = {0};
+    int mlx = 0, nvfp4 = 0;
+    for (int i = 0; i < td->n; i++) {
+        const char *n = td->refs[i].name;
+        size_t l = strlen(n);
+        if (l > 7 && !strcmp(n + l - 7, ".scales")) mlx++;
+        else if (l > 7 && !strcmp(n + l - 7, ".scale2")) nvfp4++;
+        else if (l > 6 && !strcmp(n + l - 6, ".scale")) continue;
+        else if (l > 7 && !strcmp(n + l - 7, ".biases")) continue;
+        else cnt[td->refs[i].t->dtype]++;
+        info->n_params += ink_st_numel(td->refs[i].t);
+    }
+    char *p = info->dtype;
+    size_t left = sizeof info->dtype;
+    int major = -1;
+    for (int d = 0; d < INK_DT_COUNT; d++)
+        if (cnt[d] && (major < 0 || cnt[d] > cnt[major])) major = d;
+    int w = snprintf(p, left, "%s", major >= 0 ? ink_dtype_name(major) : "none");
+    for (int d = 0; d < INK_DT_COUNT && w > 0 && (size_t)w < left; d++)
+        if (cnt[d] && d != major) w += snprintf(p + w, left - (size_t)w, " +%s(%d)", ink_dtype_name(d), cnt[d]);
+    if (mlx) snprintf(info->quant, sizeof info->quant, "mlx-affine (%d quantized tensors)", mlx);
+    else if (nvfp4) snprintf(info->quant, sizeof info->quant, "nvfp4 (%d routed-expert tensors)", nvfp4);
+    else snprintf(info->quant, sizeof info->quant, "none");
+}
+
+static int count_mtp_blocks(const char *dir)
+{
+    ink_tdir td;
+    ink_err e = {0};
+    if (ink_tdir_open(&td, dir, INK_TDIR_MTP, &e)) return 0;
+    int maxj = -1;
+    for (int i = 0; i < td.n; i++) {
+        const char *n = td.refs[i].name;
+        const char *q = starts(n, "model.mtp.layers.") ? n + 17 : starts(n, "mtp.layers.") ? n + 11 : NULL;
+        if (q) {
+            int j = atoi(q);
+            if (j > maxj) maxj = j;
+        }
+    }
+    ink_tdir_close(&td);
+    return maxj + 1;
+}
+
+static void name_variant(const ink_config *c, ink_model_info *info)
+{
+    const char *v = "custom";
+    if (c->hidden == 6144 && c->n_layer == 66) v = "Inkling (975B total, 41B active)";
+    else if (c->hidden == 4096 && c->n_layer == 42) v = "Inkling-Small (276B total, 12B active)";
+    else if (c->n_layer == 12 && c->n_expert == 8) v = "Inkling-0.6B";
+    snprintf(info->variant, sizeof info->variant, "%s (H=%d, L=%d)", v, c->hidden, c->n_layer);
+}
+
+static void fill_info_cfg(const ink_config *c, ink_model_info *info)
+{
+    snprintf(info->family, sizeof info->family, "Inkling");
+    snprintf(info->architecture, sizeof info->architecture, "%s", c->architecture);
+    snprintf(info->model_type, sizeof info->model_type, "%s", c->model_type);
+    snprintf(info->layout, sizeof info->layout, "%s", c->flat ? "flat" : "release");
+    name_variant(c, info);
+    info->n_layer = c->n_layer;
+    info->n_sliding = c->n_sliding;
+    info->n_global = c->n_layer - c->n_sliding;
+    info->n_moe = c->n_moe;
+    info->n_dense = c->n_layer - c->n_moe;
+    info->hidden = c->hidden;
+    info->vocab = c->vocab;
+    info->vocab_unpadded = c->vocab_unpadded;
+    info->n_expert = c->n_expert;
+    info->n_expert_used = c->n_expert_used;
+    info->n_shared = c->n_shared;
+    info->mtp_depth_config = c->mtp_depth;
+    info->max_ctx = c->max_ctx;
+    info->eos = c->eos;
+}
+
+static int config_path(const char *dir, char *buf, size_t n, ink_err *err)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ink_err_set(err, INK_E_IO, "%s: model directory does not exist or is not a directory", dir);
+    snprintf(buf, n, "%s/config.json", dir);
+    if (access(buf, R_OK) != 0)
+        return ink_err_set(err, INK_E_IO, "%s: no readable config.json in the model directory", dir);
+    return INK_OK;
+}
+
+int ink_model_detect(const char *dir, ink_model_info *info, ink_err *err)
+{
+    memset(info, 0, sizeof *info);
+    info->eos = -1;
+    char path[4096];
+    int rc = config_path(dir, path, sizeof path, err);
+    if (rc) return rc;
+    ink_config *c = calloc(1, sizeof *c);
+    if (!c) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    ink_err ce = {0};
+    rc = ink_config_load(c, path, &ce);
+    if (rc == INK_E_UNSUPPORTED) { /* a readable config of something we do not run */
+        snprintf(info->family, sizeof info->family, "%s", starts(c->architecture, "Inkling") ? "Inkling" : "other");
+        snprintf(info->architecture, sizeof info->architecture, "%s", c->architecture);
+        snprintf(info->model_type, sizeof info->model_type, "%s", c->model_type);
+        snprintf(info->reason, sizeof info->reason, "%s", ce.msg);
+        snprintf(info->variant, sizeof info->variant, "-");
+        snprintf(info->quant, sizeof info->quant, "-");
+        snprintf(info->dtype, sizeof info->dtype, "-");
+        free(c);
+        return INK_OK;
+    }
+    if (rc) {
+        free(c);
+        ink_err_set(err, ce.code, "%s", ce.msg);
+        return rc;
+    }
+    fill_info_cfg(c, info);
+    ink_tdir td;
+    rc = ink_tdir_open(&td, dir, INK_TDIR_TARGET, err);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    info->n_files = td.n_files;
+    const naming *nm = detect_naming(&td);
+    snprintf(info->names, sizeof info->names, "%s", nm ? nm->id : "unknown");
+    describe_tensors(&td, info);
+    info->mtp_depth_tensors = count_mtp_blocks(dir);
+    info->supported = nm != NULL && !strcmp(info->quant, "none");
+    if (!nm)
+        snprintf(info->reason, sizeof info->reason, "no embedding tensor under a known name (model.llm.embed.weight, "
+                                                    "model.language_model.embed_tokens.weight, model.embed_tokens.weight)");
+    else if (strcmp(info->quant, "none"))
+        snprintf(info->reason, sizeof info->reason, "quantized weights (%s) are not supported by this build yet", info->quant);
+    ink_tdir_close(&td);
+    free(c);
+    return INK_OK;
+}
+
+/* ---- open / free ------------------------------------------------------------------------ */
+
+void ink_model_free(ink_model *m)
+{
+    if (!m) return;
+    ink_pool_free(m->pool);
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    ink_tdir_close(&m->td);
+    free(m);
+}
+
+int ink_model_open(ink_model **out, const char *dir, const ink_model_opts *opts, ink_err *err)
+{
+    char path[4096];
+    int rc = config_path(dir, path, sizeof path, err);
+    if (rc) return rc;
+    ink_model *m = calloc(1, sizeof *m);
+    if (!m) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    if ((rc = ink_config_load(&m->cfg, path, err))) goto fail;
+    if ((rc = ink_tdir_open(&m->td, dir, INK_TDIR_TARGET, err))) goto fail;
+    const ink_config *c = &m->cfg;
+    fill_info_cfg(c, &m->info);
+    describe_tensors(&m->td, &m->info);
+    m->info.n_files = m->td.n_files;
+    const naming *nm = detect_naming(&m->td);
+    if (!nm) {
+        rc = ink_err_set(err, INK_E_FORMAT,
+                         "%s: no embedding tensor found (expected model.llm.embed.weight or a transformers name)", dir);
+        goto fail;
+    }
+    snprintf(m->info.names, sizeof m->info.names, "%s", nm->id);
+    int H = c->hidden, V = c->vocab;
+    if ((rc = ink_bind_mat(m, &m->td, nm->embed, V, H, &m->embed, err))) goto fail;
+    if ((rc = ink_bind_mat(m, &m->td, nm->unembed, V, H, &m->unembed, err))) goto fail;
+    if ((rc = ink_bind_vec(m, &m->td, nm->norm, H, &m->norm, err))) goto fail;
+    const char *en = nm->embed_norm[0];
+    for (int i = 0; i < 3 && nm->embed_norm[i]; i++)
+        if (ink_tdir_find(&m->td, nm->embed_norm[i])) en = nm->embed_norm[i];
+    if ((rc = ink_bind_vec(m, &m->td, en, H, &m->embed_norm, err))) goto fail;
+    m->layers = ink_model_own(m, calloc((size_t)c->n_layer, sizeof *m->layers));
+    if (!m->layers) {
+        rc = ink_err_set(err, INK_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < c->n_layer; i++) {
+        char prefix[128];
+        snprintf(prefix, sizeof prefix, nm->layer_fmt, i);
+        if ((rc = ink_bind_layer(m, &m->td, prefix, &c->layers[i], &m->layers[i], err))) goto fail;
+    }
+    char extra[128];
+    snprintf(extra, sizeof extra, nm->layer_fmt, c->n_layer);
+    for (int i = 0; i < m->td.n; i++)
+        if (starts(m->td.refs[i].name, extra)) {
+            rc = ink_err_set(err, INK_E_FORMAT, "%s: tensor %s belongs to layer %d but config.json says num_hidden_layers = %d",
+                             dir, m->td.refs[i].name, c->n_layer, c->n_layer);
+            goto fail;
+        }
+    m->info.mtp_depth_tensors = count_mtp_blocks(dir);
+    m->info.supported = 1;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = opts && opts->n_threads > 0 ? opts->n_threads : (online > 0 ? (int)online : 1);
+    if (nt > 256) nt = 256;
+    if (!(m->pool = ink_pool_create(nt))) {
+        rc = ink_err_set(err, INK_E_NOMEM, "cannot start %d threads", nt);
+        goto fail;
+    }
+    *out = m;
+    return INK_OK;
+fail:
+    ink_model_free(m);
+    return rc;
+}
+
+const ink_model_info *ink_model_get_info(const ink_model *m) { return &m->info; }
+int ink_model_n_vocab(const ink_model *m) { return m->cfg.vocab_unpadded; }
+int ink_model_n_embd(const ink_model *m) { return m->cfg.hidden; }
+int ink_model_n_threads(const ink_model *m) { return ink_pool_size(m->pool); }

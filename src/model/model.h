@@ -1,0 +1,108 @@
+/*
+ * model.h — internal structures of a loaded Inkling model and of one decoder layer's cache.
+ *
+ * ink_model binds every tensor to a field once at load (no string lookup afterwards). Large
+ * matrices are views into the mmapped safetensors (ink_mat); small vectors (norms, conv taps,
+ * relative-position banks, router bias) are widened to f32 copies owned by the model.
+ *
+ * The decoder layer (ink_layer_forward) is shared by the backbone and the MTP blocks: each caller
+ * owns an ink_layer_cache per layer/block and an ink_scratch sized with ink_scratch_need.
+ */
+#ifndef INK_MODEL_H
+#define INK_MODEL_H
+
+#include "base/pool.h"
+#include "inkling.h"
+#include "kernels/kernels.h"
+#include "load/tdir.h"
+#include "model/config.h"
+
+typedef struct ink_attn_w {
+    ink_mat wq, wk, wv, wr, wo;  /* [n_h*d,H] [n_kv*d,H] [n_kv*d,H] [n_h*d_rel,H] [H,n_h*d] */
+    float *q_norm, *k_norm;      /* [d] */
+    float *k_conv, *v_conv;      /* [n_kv*d][K] */
+    float *rel;                  /* [d_rel][R] rel_logits_proj.proj */
+} ink_attn_w;
+
+typedef struct ink_ffn_w {       /* one SwiGLU: dense MLP, routed expert or shared expert */
+    ink_mat gate, up, down;      /* [I,H] [I,H] [H,I] */
+} ink_ffn_w;
+
+typedef struct ink_layer_w {
+    ink_layer_cfg cfg;
+    float *attn_norm, *mlp_norm;   /* [H] */
+    float *attn_conv, *mlp_conv;   /* [H][K] */
+    ink_attn_w at;
+    ink_ffn_w dense;               /* dense layers */
+    float dense_scale;             /* mlp.global_scale */
+    ink_mat router;                /* [E+S, H] */
+    float *router_bias;            /* [E] */
+    float router_scale;            /* gate.global_scale */
+    ink_ffn_w *experts;            /* [E] */
+    ink_ffn_w *shared;             /* [S] */
+    int inter;                     /* I of this layer's SwiGLU (I_d dense, I MoE) */
+} ink_layer_w;
+
+struct ink_model {
+    ink_config cfg;
+    ink_model_info info;
+    ink_tdir td;
+    ink_pool *pool;
+    ink_mat embed, unembed;        /* [V,H] */
+    float *embed_norm, *norm;      /* [H] */
+    ink_layer_w *layers;           /* [n_layer] */
+    void **owned;                  /* f32 copies and arrays to free */
+    int n_owned, cap_owned;
+};
+
+/* Per-layer state of one timeline: KV ring and the four conv states (slots 0 k, 1 v, 2 attn, 3 mlp). */
+typedef struct ink_layer_cache {
+    int cap;                       /* KV rows; slot of position p is p % cap */
+    int kvw;                       /* n_kv * head_dim */
+    float *k, *v;                  /* [cap][kvw]: post-conv, post-k_norm K (pre-tau); post-conv V */
+    float *conv[4];                /* [K-1][kvw] [K-1][kvw] [K-1][H] [K-1][H] */
+    int conv_n[4];                 /* floats in each conv state */
+} ink_layer_cache;
+
+/* Scratch for ink_layer_forward over up to `chunk` rows. One allocation; owned by the caller. */
+typedef struct ink_scratch {
+    int chunk, n_ctx, n_threads;
+    float *a, *q, *k, *v, *r, *o, *u, *ext, *ffn, *ffn2, *logits_r, *scores, *moe_acc;
+    int *route_ids, *rows;         /* [chunk * k], [chunk] */
+    float *route_w, *row_w;        /* [chunk * (k + S)], [chunk] */
+    float *mem;
+} ink_scratch;
+
+/* Sizes the scratch for the model's layers (and its MTP blocks, same widths), `chunk` rows. */
+int ink_scratch_init(ink_scratch *s, const ink_model *m, int chunk, int n_ctx, ink_err *err);
+void ink_scratch_free(ink_scratch *s);
+
+/* KV capacity of a layer for a context of n_ctx with verify/prefill chunks of `chunk` rows:
+ * global n_ctx; sliding min(n_ctx, W - 1 + chunk) (the window plus slack for rollback). */
+int ink_layer_kv_cap(const ink_layer_cfg *l, int n_ctx, int chunk);
+int ink_layer_cache_init(ink_layer_cache *c, const ink_model *m, const ink_layer_cfg *l, int cap, ink_err *err);
+void ink_layer_cache_free(ink_layer_cache *c);
+void ink_layer_cache_clear(ink_layer_cache *c);
+size_t ink_layer_cache_bytes(const ink_layer_cache *c);
+
+/* One decoder layer over x[T][H] in place, rows at absolute positions pos0 .. pos0+T-1, appending to
+ * cache `c` (which must hold positions pos0-W+1 .. pos0-1 for sliding layers, 0 .. pos0-1 global).
+ * T <= s->chunk. */
+void ink_layer_forward(const ink_model *m, const ink_layer_w *w, ink_layer_cache *c, int pos0, float *x, int T,
+                       ink_scratch *s);
+
+/* Embedding rows: out[t] = rmsnorm(embed[ids[t]], embed_norm) (ids already validated). */
+void ink_embed(const ink_model *m, const int32_t *ids, int T, float *out);
+/* logits[t][0..Vu) = (x[t] / mu) . unembed^T, x already final-normed. tmp: [T][H]. */
+void ink_lm_head(const ink_model *m, const float *x, int T, float *logits, float *tmp);
+
+/* Binds the tensors of one decoder layer with name prefix `prefix` ("model.llm.layers.3." or an
+ * MTP block's "model.mtp.layers.0.transformer_block."), strict shapes against `l`. */
+int ink_bind_layer(ink_model *m, ink_tdir *td, const char *prefix, const ink_layer_cfg *l, ink_layer_w *w,
+                   ink_err *err);
+/* An f32 copy of a small tensor, owned by the model; checks the element count. */
+int ink_bind_vec(ink_model *m, ink_tdir *td, const char *name, int64_t n, float **out, ink_err *err);
+int ink_bind_mat(ink_model *m, ink_tdir *td, const char *name, int rows, int cols, ink_mat *out, ink_err *err);
+void *ink_model_own(ink_model *m, void *p); /* registers p to be freed with the model; NULL on OOM */
+
+#endif
