@@ -14,7 +14,7 @@ CSTD    := -std=c17 -D_POSIX_C_SOURCE=200809L
 OPT_release := -O2 -g -fno-omit-frame-pointer
 OPT_asan    := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 OPT_debug   := -O0 -g
-CFLAGS  += $(CSTD) $(WARN) $(OPT_$(MODE)) -Iinclude -Isrc -MMD -MP
+CFLAGS  += $(CSTD) $(WARN) $(OPT_$(MODE)) -Iinclude -Isrc -Itests -MMD -MP
 LDFLAGS += $(filter -fsanitize=%,$(OPT_$(MODE)))
 LDLIBS  += -ljansson -lpcre2-8 -lcurl -lmicrohttpd -lpthread -lm
 
@@ -43,7 +43,8 @@ deps:
 
 $(BUILD)/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	@echo "  CC    $<"
+	@$(CC) $(CFLAGS) -c $< -o $@
 
 # Rebuild everything when the flags change (redis .make-settings idea).
 $(BUILD)/flags: FORCE
@@ -53,16 +54,20 @@ FORCE:
 
 $(LIBA): $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	@echo "  AR    $@"
+	@ar rcs $@ $^
 
 $(BIN): $(CLI_OBJ) $(LIBA)
-	$(CC) $(LDFLAGS) $(CLI_OBJ) $(LIBA) $(LDLIBS) -o $@
+	@echo "  LD    $@"
+	@$(CC) $(LDFLAGS) $(CLI_OBJ) $(LIBA) $(LDLIBS) -o $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TSUP_OBJ) $(LIBA)
-	$(CC) $(LDFLAGS) $< $(TSUP_OBJ) $(LIBA) $(LDLIBS) -lcmocka -o $@
+	@echo "  LD    $@"
+	@$(CC) $(LDFLAGS) $< $(TSUP_OBJ) $(LIBA) $(LDLIBS) -lcmocka -o $@
 
 $(BUILD)/tools/%: $(BUILD)/tools/%.o $(TSUP_OBJ) $(LIBA)
-	$(CC) $(LDFLAGS) $< $(TSUP_OBJ) $(LIBA) $(LDLIBS) -o $@
+	@echo "  LD    $@"
+	@$(CC) $(LDFLAGS) $< $(TSUP_OBJ) $(LIBA) $(LDLIBS) -o $@
 
 check-build: $(BIN) $(TEST_BIN) $(TOOL_BIN)
 

@@ -112,6 +112,12 @@ void ink_scratch_free(ink_scratch *s)
     memset(s, 0, sizeof *s);
 }
 
+float ink_tau(int p, double n_floor, float alpha)
+{
+    float ratio = (float)(p + 1) / (float)n_floor;
+    return 1.0f + alpha * logf(fmaxf(ratio, 1.0f));
+}
+
 /* ---- attention ------------------------------------------------------------------------- */
 
 typedef struct attn_ctx {
@@ -138,11 +144,7 @@ static void attn_task(void *arg, int ith, int nth)
         int t = pi / nh, h = pi % nh, kh = h / g;
         int p = a->pos0 + t;
         int lo = l->sliding ? imax(0, p - l->window + 1) : 0;
-        float tau = 1.0f;
-        if (l->log_scale) {
-            float ratio = (float)(p + 1) / (float)cfg->log_floor;
-            tau = 1.0f + cfg->log_alpha * logf(fmaxf(ratio, 1.0f));
-        }
+        float tau = l->log_scale ? ink_tau(p, cfg->log_floor, cfg->log_alpha) : 1.0f;
         const float *q = a->s->q + (size_t)t * nh * d + (size_t)h * d;
         for (int i = 0; i < d; i++) qt[i] = tau * q[i];
         /* relative logits for distances 0 .. min(R, p-lo+1)-1 */
@@ -230,14 +232,13 @@ static void swiglu(const ink_model *m, const ink_ffn_w *f, const float *x, int T
 
 /* Router for one token (inkling-text.md §3.7): chosen ids (in selection order: higher score first,
  * lower id on ties) and the k+S mixture weights. */
-static void route(const ink_model *m, const ink_layer_w *w, const float *logit, int *chosen, float *wt)
+void ink_route(const ink_config *c, const float *logit, const float *bias, float gscale, int *chosen, float *wt)
 {
-    const ink_config *c = &m->cfg;
     int E = c->n_expert, k = c->n_expert_used, S = c->n_shared;
     float score[INK_MAX_TOPK];
     for (int j = 0; j < k; j++) chosen[j] = -1, score[j] = -FLT_MAX;
     for (int e = 0; e < E; e++) {
-        float sc = ink_sigmoid(logit[e]) + w->router_bias[e];
+        float sc = ink_sigmoid(logit[e]) + bias[e];
         if (chosen[k - 1] >= 0 && !(sc > score[k - 1])) continue;
         int j = k - 1;
         while (j > 0 && (chosen[j - 1] < 0 || sc > score[j - 1])) {
@@ -254,7 +255,7 @@ static void route(const ink_model *m, const ink_layer_w *w, const float *logit, 
     float sum = 0.0f;
     for (int j = 0; j < k + S; j++) sum += expf(ls[j] - mx);
     float lse = mx + logf(sum);
-    for (int j = 0; j < k + S; j++) wt[j] = expf(ls[j] - lse) * c->route_scale * w->router_scale;
+    for (int j = 0; j < k + S; j++) wt[j] = expf(ls[j] - lse) * c->route_scale * gscale;
 }
 
 static void moe(const ink_model *m, const ink_layer_w *w, const float *x, int T, float *out, ink_scratch *s)
@@ -265,7 +266,8 @@ static void moe(const ink_model *m, const ink_layer_w *w, const float *x, int T,
     /* route every token; logits_r row t is reused to hold its k chosen ids and k+S weights */
     int *chosen = s->route_ids, *rows = s->rows, KS = k + S;
     float *wt = s->route_w, *rw = s->row_w;
-    for (int t = 0; t < T; t++) route(m, w, s->logits_r + (size_t)t * ER, chosen + t * k, wt + t * KS);
+    for (int t = 0; t < T; t++)
+        ink_route(c, s->logits_r + (size_t)t * ER, w->router_bias, w->router_scale, chosen + t * k, wt + t * KS);
     memset(out, 0, (size_t)T * H * sizeof(float));
     float *gx = s->moe_acc, *gy = s->moe_acc + (size_t)s->chunk * H;
     for (int e = 0; e < E + S; e++) {

@@ -91,6 +91,15 @@ size_t ink_layer_cache_bytes(const ink_layer_cache *c);
 void ink_layer_forward(const ink_model *m, const ink_layer_w *w, ink_layer_cache *c, int pos0, float *x, int T,
                        ink_scratch *s);
 
+/* Router of one token (inkling-text.md §3.7): the k chosen experts (higher sigmoid+bias first, lower id
+ * on ties) and the k+S mixture weights (routed then shared), scaled by route_scale * gscale. */
+void ink_route(const ink_config *c, const float *logit, const float *bias, float gscale, int *chosen, float *wt);
+/* Log-scaling temperature of global layers at absolute position p (f32, inkling-text.md §3.5.6). */
+float ink_tau(int p, double n_floor, float alpha);
+/* Bitwise comparison of two sessions' states (position, conv states, the KV rows a future token can
+ * attend to). 0 if equal; otherwise 1 and a description in `why`. */
+int ink_session_compare(const ink_session *a, const ink_session *b, char *why, size_t n);
+
 /* Embedding rows: out[t] = rmsnorm(embed[ids[t]], embed_norm) (ids already validated). */
 void ink_embed(const ink_model *m, const int32_t *ids, int T, float *out);
 /* logits[t][0..Vu) = (x[t] / mu) . unembed^T, x already final-normed. tmp: [T][H]. */

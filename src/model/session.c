@@ -5,6 +5,7 @@
  * tokens never needs KV rows copied: positions older than the snapshot are not overwritten. */
 #include "model/model.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -177,4 +178,31 @@ int ink_session_restore(ink_session *s, const ink_snapshot *p, ink_err *err)
         }
     s->pos = p->pos;
     return INK_OK;
+}
+
+int ink_session_compare(const ink_session *a, const ink_session *b, char *why, size_t n)
+{
+    if (a->m->cfg.n_layer != b->m->cfg.n_layer || a->pos != b->pos) {
+        snprintf(why, n, "positions differ: %d vs %d", a->pos, b->pos);
+        return 1;
+    }
+    for (int l = 0; l < a->m->cfg.n_layer; l++) {
+        const ink_layer_cache *x = &a->lc[l], *y = &b->lc[l];
+        for (int i = 0; i < 4; i++)
+            if (x->conv_n[i] != y->conv_n[i] || memcmp(x->conv[i], y->conv[i], (size_t)x->conv_n[i] * sizeof(float))) {
+                snprintf(why, n, "layer %d conv state %d differs", l, i);
+                return 1;
+            }
+        const ink_layer_cfg *lc = &a->m->cfg.layers[l];
+        int lo = lc->sliding ? a->pos - (lc->window - 1) : 0;
+        for (int p = lo < 0 ? 0 : lo; p < a->pos; p++) {
+            size_t sx = (size_t)(p % x->cap) * x->kvw, sy = (size_t)(p % y->cap) * y->kvw;
+            if (memcmp(x->k + sx, y->k + sy, (size_t)x->kvw * sizeof(float)) ||
+                memcmp(x->v + sx, y->v + sy, (size_t)x->kvw * sizeof(float))) {
+                snprintf(why, n, "layer %d KV row of position %d differs", l, p);
+                return 1;
+            }
+        }
+    }
+    return 0;
 }
