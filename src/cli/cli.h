@@ -7,5 +7,6 @@
 int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_download(int argc, char **argv);
 
 #endif
