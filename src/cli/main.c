@@ -14,6 +14,7 @@ static const command commands[] = {
     {"info", cmd_info, "describe a model directory (family, variant, dtype, layers, KV memory)"},
     {"logits", cmd_logits, "write the logits of every prompt position to an .npy file"},
     {"generate", cmd_generate, "generate tokens from a prompt"},
+    {"download", cmd_download, "fetch model files from the Hugging Face Hub (resumable, verified)"},
 };
 
 static void usage(FILE *f)
