@@ -150,7 +150,7 @@ static void test_cli_forms(void **state)
     char ids[4096] = "", cmd[8192], out[8192], err[4096], dir[256];
     for (int i = 0; i < g->T; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", g->prompt.i[i]);
     assert_int_equal(tu_tmpdir(dir, sizeof dir, "golden-cli"), 0);
-    snprintf(cmd, sizeof cmd, "./inkling logits -m %s --prompt-ids %s -o %s/l.npy --threads 1", g->dir, ids, dir);
+    snprintf(cmd, sizeof cmd, "%s logits -m %s --prompt-ids %s -o %s/l.npy --threads 1", tu_bin(), g->dir, ids, dir);
     assert_int_equal(tu_run(cmd, out, sizeof out, err, sizeof err), 0);
     char p[512];
     snprintf(p, sizeof p, "%s/l.npy", dir);
@@ -161,7 +161,7 @@ static void test_cli_forms(void **state)
     assert_int_equal(a.shape[1], g->V);
     check_array(g, "prefill_logits.npy", a.f, (size_t)a.n);
     npy_free(&a);
-    snprintf(cmd, sizeof cmd, "./inkling generate -m %s --prompt-ids %s -n %d --temp 0 --ids", g->dir, ids, g->N);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --prompt-ids %s -n %d --temp 0 --ids", tu_bin(), g->dir, ids, g->N);
     assert_int_equal(tu_run(cmd, out, sizeof out, err, sizeof err), 0);
     char want[4096] = "";
     for (int i = 0; i < g->N; i++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", i ? "," : "", g->gen.i[i]);

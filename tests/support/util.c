@@ -58,3 +58,9 @@ float tu_max_abs_diff(const float *a, const float *b, size_t n, float *max_ref)
     if (max_ref) *max_ref = r;
     return m;
 }
+
+const char *tu_bin(void)
+{
+    const char *b = getenv("INKLING_BIN");
+    return b && *b ? b : "./inkling";
+}
