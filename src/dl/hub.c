@@ -160,6 +160,7 @@ typedef struct resp {
     char content_range[128];
     double retry_after;     /* seconds, -1 if absent */
     char host[256];         /* host of the last request */
+    int foreign;            /* the last request went to another origin than the endpoint */
 } resp;
 
 typedef struct hub {
@@ -254,9 +255,11 @@ static size_t header_cb(char *buf, size_t sz, size_t nitems, void *ud)
     line[m] = '\0';
     if (strncmp(line, "HTTP/", 5) == 0) { /* a new response (redirect hop, 100-continue) */
         char host[256];
+        int foreign = h->r.foreign;
         memcpy(host, h->r.host, sizeof host);
         memset(&h->r, 0, sizeof h->r);
         memcpy(h->r.host, host, sizeof host);
+        h->r.foreign = foreign;
         h->r.retry_after = -1;
         return n;
     }
@@ -344,7 +347,8 @@ static int http_get(hub *h, const char *url0, int64_t from, int *transient, ink_
                                o.host);
         was_https = strcmp(o.scheme, "https") == 0;
         struct curl_slist *hdr = NULL, *tmp;
-        if (h->auth[0] && same_origin(h, &o)) {
+        int foreign = !same_origin(h, &o); /* the token never leaves the endpoint's origin */
+        if (h->auth[0] && !foreign) {
             tmp = curl_slist_append(hdr, h->auth);
             if (!tmp) goto nomem;
             hdr = tmp;
@@ -357,6 +361,7 @@ static int http_get(hub *h, const char *url0, int64_t from, int *transient, ink_
         memset(&h->r, 0, sizeof h->r);
         h->r.retry_after = -1;
         snprintf(h->r.host, sizeof h->r.host, "%s", o.host);
+        h->r.foreign = foreign;
         h->nerrbody = 0;
         h->errbody[0] = '\0';
         h->sink_failed = 0;
@@ -618,30 +623,35 @@ static int fetch_listing(hub *h, ink_err *err)
 
 /* ---- selection --------------------------------------------------------------------------- */
 
-/* Appends the list of candidate files to the log and a truncated one to msg. */
+/* Writes the candidate files into msg (truncated to fit, "... (N more)"); when truncated, the
+ * full list goes to the log. */
 static void list_candidates(hub *h, char *msg, size_t n)
 {
     size_t o = 0;
     int shown = 0, total = 0, others = 0;
     msg[0] = '\0';
-    logf_(h, "%s at %.12s has these downloadable files:\n", h->repo, h->commit);
     for (int i = 0; i < h->n_files; i++) {
         if (!h->files[i].wanted) {
             others++;
             continue;
         }
         total++;
-        logf_(h, "  %s\n", h->files[i].path);
         size_t l = strlen(h->files[i].path);
-        if (o + l + 3 < n - 40) {
+        if (shown == total - 1 && o + l + 3 < n - 40) {
             o += (size_t)snprintf(msg + o, n - o, "%s%s", shown ? ", " : "", h->files[i].path);
             shown++;
         }
     }
-    if (total > shown) snprintf(msg + o, n - o, "%s... (%d more)", shown ? ", " : "", total - shown);
-    if (total == 0) snprintf(msg, n, "none");
-    if (others) logf_(h, "  (%d more files are never downloaded: docs, code, media, other formats)\n",
-                      others);
+    if (total > shown) {
+        snprintf(msg + o, n - o, "%s... (%d more)", shown ? ", " : "", total - shown);
+        logf_(h, "%s at %.12s has these downloadable files:\n", h->repo, h->commit);
+        for (int i = 0; i < h->n_files; i++)
+            if (h->files[i].wanted) logf_(h, "  %s\n", h->files[i].path);
+    }
+    if (total == 0) snprintf(msg, n, "no downloadable file");
+    if (others)
+        logf_(h, "(%s also has %d file%s never downloaded: docs, code, media, other formats)\n",
+              h->repo, others, others == 1 ? "" : "s");
 }
 
 static int select_files(hub *h, ink_err *err)
@@ -780,10 +790,10 @@ static void draw_progress(dl *d, int final)
     d->t_draw = t;
     double el = t - d->t0;
     double rate = el > 0.05 ? (double)(d->have - d->session0) / el : 0;
-    char a[32], b[32], r[32], eta[32];
+    char a[32], b[32], r[32] = "--", eta[32];
     human_bytes((double)d->have, a, sizeof a);
     human_bytes(d->size >= 0 ? (double)d->size : 0, b, sizeof b);
-    human_bytes(rate, r, sizeof r);
+    if (rate > 0) human_bytes(rate, r, sizeof r);
     double frac = d->size > 0 ? (double)d->have / (double)d->size : 0;
     if (frac > 1) frac = 1;
     char bar[26];
@@ -817,9 +827,8 @@ static size_t file_sink(void *ctx, const char *data, size_t n)
         }
     }
     if (d->size >= 0 && d->have + (int64_t)n > d->size) {
-        ink_err_set(d->err, INK_E_FORMAT,
-                    "%s: the server sent more than the %lld bytes the listing announced",
-                    d->f->path, (long long)d->size);
+        ink_err_set(d->err, INK_E_FORMAT, "the server sent more than the %lld bytes the listing announced",
+                    (long long)d->size);
         return 0;
     }
     if (write_all(d->fd, data, n) != 0) {
@@ -976,14 +985,15 @@ static int download_one(hub *h, hub_file *f, const char *dest, int idx, int n, i
             }
             if (r != INK_OK || !ok2xx) {
                 if (r == INK_OK && !ok2xx && !d.restart) {
-                    transient = status_transient(h->r.status);
+                    /* a storage host refusing a pre-signed URL (expired, throttled): a new
+                     * resolve gives a fresh one */
+                    int storage = h->r.foreign && (h->r.status == 401 || h->r.status == 403);
+                    transient = storage || status_transient(h->r.status);
                     r = INK_E_NET;
                 }
-                if (r != INK_E_NET || !transient) { /* fatal: disk full, 4xx, ... */
+                if (r != INK_E_NET || !transient) { /* fatal: disk full, 4xx, bad redirect */
                     clear_progress(&d);
-                    if (e1.code && h->r.status < 300)
-                        rc = ink_err_set(err, e1.code, "%s: %s", f->path, e1.msg);
-                    else if (e1.code)
+                    if (e1.code)
                         rc = ink_err_set(err, e1.code, "%s: %s", f->path, e1.msg);
                     else
                         rc = http_status_error(h, f->path, attempts, err);
@@ -1050,8 +1060,8 @@ static int download_one(hub *h, hub_file *f, const char *dest, int idx, int n, i
         char b[32], r[32];
         human_bytes((double)d.have, b, sizeof b);
         human_bytes(el > 0 ? (double)(d.have - d.session0) / el : 0, r, sizeof r);
-        logf_(h, "[%d/%d] %s  %s  %s in %.1f s (%s/s)%s, %s\n", idx, n, f->path, b,
-              d.session0 > 0 ? "resumed" : "downloaded", el, r, "", what);
+        logf_(h, "[%d/%d] %s  %s  %s in %.1f s (%s/s), %s\n", idx, n, f->path, b,
+              d.session0 > 0 ? "resumed" : "downloaded", el, r, what);
     }
     return INK_OK;
 fail:
@@ -1149,17 +1159,18 @@ static int run(hub *h, const char *repo_id, ink_hub_result *res, ink_err *err)
     if (strlen(rev) >= sizeof h->rev) return ink_err_set(err, INK_E_INVAL, "revision too long");
     snprintf(h->rev, sizeof h->rev, "%s", rev);
     if ((rc = ink_hub_urlencode(h->rev, 0, h->rev_enc, sizeof h->rev_enc, err))) return rc;
-    if (!o->local_dir && (!o->cache_dir || !*o->cache_dir))
+    const char *local = o->local_dir && *o->local_dir ? o->local_dir : NULL;
+    if (!local && (!o->cache_dir || !*o->cache_dir))
         return ink_err_set(err, INK_E_INVAL, "no cache directory and no --local-dir given");
 
     if ((rc = fetch_listing(h, err))) return rc;
     if ((rc = select_files(h, err))) return rc;
 
     char base[4096], dir[4096];
-    if (o->local_dir) {
-        if (strlen(o->local_dir) >= sizeof dir - 600)
+    if (local) {
+        if (strlen(local) >= sizeof dir - 600)
             return ink_err_set(err, INK_E_INVAL, "--local-dir path too long");
-        pathf(dir, sizeof dir, "%s", o->local_dir);
+        pathf(dir, sizeof dir, "%s", local);
         base[0] = '\0';
     } else {
         if (strlen(o->cache_dir) >= sizeof base - 700)
@@ -1258,7 +1269,6 @@ int ink_hub_download(const char *repo_id, const ink_hub_opts *opts, ink_hub_resu
     curl_easy_setopt(h->c, CURLOPT_HEADERDATA, h);
     curl_easy_setopt(h->c, CURLOPT_WRITEFUNCTION, write_cb);
     curl_easy_setopt(h->c, CURLOPT_WRITEDATA, h);
-    curl_easy_setopt(h->c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h->c, CURLOPT_USERAGENT, "inkling.c-download/1");
     curl_easy_setopt(h->c, CURLOPT_CONNECTTIMEOUT,
                      opts->connect_timeout_s > 0 ? opts->connect_timeout_s : 10L);

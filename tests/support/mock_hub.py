@@ -18,6 +18,7 @@ Repository ids select behaviours:
   org/private   401 unless "Authorization: Bearer good-token"
   org/ghost     the listing names missing.json, whose resolve is 404 EntryNotFound
   org/badrange  the cdn answers 206 with a Content-Range starting at 0 whatever was asked
+  org/expired   the cdn answers 403 (expired signature) to the first GET of each LFS file
   anything else 404 RepoNotFound
 Revisions: main, v1, refs/pr/1 and the commit itself resolve; others are 404 RevisionNotFound.
 """
@@ -64,7 +65,7 @@ FILES = {
     "pytorch_model.bin": (b"not wanted", False),
 }
 REPOS = {"model", "drop", "dropall", "badhash", "flaky", "gated", "private", "ghost", "norange",
-         "badrange"}
+         "badrange", "expired"}
 
 
 def commit_of(repo):
@@ -234,6 +235,8 @@ class Cdn(Base):
         if path not in FILES:
             return self.send(404, b"no such blob")
         data = FILES[path][0]
+        if mode == "expired" and once(("expired", path)):
+            return self.send(403, b"<Error>Request has expired</Error>", ctype="application/xml")
         if mode == "badhash" and path == "mtp.safetensors":
             data = data[:1000] + bytes([data[1000] ^ 1]) + data[1001:]
         self.serve_bytes(data, mode, path)
