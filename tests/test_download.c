@@ -477,6 +477,10 @@ static void test_full_download_token_not_forwarded(void **state)
     assert_int_equal(count_requests(f, (req_filter){.port = "cdn"}), 3);
     assert_int_equal(count_requests(f, (req_filter){.port = "cdn", .auth_mode = 1}), 3);
     assert_int_equal(count_requests(f, (req_filter){.path_sub = "README"}), 0);
+    /* the relative same-origin redirect of tokenizer.json kept the token */
+    assert_int_equal(count_requests(f, (req_filter){.path_sub = "tokenizer.json?moved=1", .auth_mode = 2,
+                                                    .auth = "Bearer hf_secret"}),
+                     1);
     /* the resolve URL percent-encodes the path */
     assert_int_equal(count_requests(f, (req_filter){.path_sub = "sub%20dir/extra.json"}), 1);
 

@@ -20,6 +20,7 @@ Repository ids select behaviours:
   org/badrange  the cdn answers 206 with a Content-Range starting at 0 whatever was asked
   org/expired   the cdn answers 403 (expired signature) to the first GET of each LFS file
   anything else 404 RepoNotFound
+tokenizer.json always answers a relative 307 to itself (with ?moved=1) first.
 Revisions: main, v1, refs/pr/1 and the commit itself resolve; others are 404 RevisionNotFound.
 """
 import hashlib
@@ -214,6 +215,10 @@ class Hub(Base):
         if path not in FILES:
             return self.error(404, "EntryNotFound", "Entry not found: " + path)
         data, lfs = FILES[path]
+        if path == "tokenizer.json" and "moved=1" not in self.path:
+            # a relative same-origin redirect (as for renamed repos): the token must follow it
+            loc = "/org/%s/resolve/%s/%s?moved=1" % (name, rev, urllib.parse.quote(path))
+            return self.send(307, b"", {"Location": loc})
         if lfs:
             loc = "http://127.0.0.1:%d/blob/%s/%s?mode=%s&sig=x" % (
                 CDN_PORT, hashlib.sha256(data).hexdigest(), urllib.parse.quote(path), mode)
