@@ -15,6 +15,8 @@ static const command commands[] = {
     {"logits", cmd_logits, "write the logits of every prompt position to an .npy file"},
     {"generate", cmd_generate, "generate tokens from a prompt"},
     {"download", cmd_download, "fetch model files from the Hugging Face Hub (resumable, verified)"},
+    {"tokenize", cmd_tokenize, "print the token ids (or pieces) of a text"},
+    {"detokenize", cmd_detokenize, "print the text of comma-separated token ids"},
 };
 
 static void usage(FILE *f)
