@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -806,6 +807,17 @@ static void test_auth_errors(void **state)
     assert_non_null(strstr(e.msg, "401"));
     assert_non_null(strstr(e.msg, "HF_TOKEN"));
 
+    /* listed as gated "manual", files refused: 401 without a token, 403 with one */
+    e = (ink_err){0};
+    assert_int_equal(ink_hub_download("org/manual", &o, &r, &e), INK_E_NET);
+    assert_non_null(strstr(e.msg, "HTTP 401: org/manual is gated"));
+    assert_non_null(strstr(e.msg, "no token was given"));
+    o.token = "some-token";
+    e = (ink_err){0};
+    assert_int_equal(ink_hub_download("org/manual", &o, &r, &e), INK_E_NET);
+    assert_non_null(strstr(e.msg, "HTTP 403: org/manual is gated"));
+    assert_null(strstr(e.msg, "no token"));
+
     o.token = "bad-token";
     e = (ink_err){0};
     assert_int_equal(ink_hub_download("org/private", &o, &r, &e), INK_E_NET);
@@ -886,6 +898,42 @@ static void test_disk_full_preflight(void **state)
     assert_int_equal(ink_hub_download("org/model", &o, &r, &e), INK_E_IO);
     assert_non_null(strstr(e.msg, "disk full"));
     assert_int_equal(count_requests(f, (req_filter){.path_sub = "/resolve/"}), 0);
+}
+
+/* Running out of space mid-transfer (a file-size limit stands in for a full disk): a clear error,
+ * the partial file is kept, and the same call resumes once there is room. */
+static void test_disk_full_during_transfer(void **state)
+{
+    fx *f = *state;
+    ink_hub_opts o = fx_opts(f);
+    char ld[512];
+    snprintf(ld, sizeof ld, "%s/local", f->root);
+    const char *inc[] = {"mtp.safetensors"};
+    o.include = inc;
+    o.n_include = 1;
+    o.local_dir = ld;
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 100000;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    ink_hub_result r;
+    ink_err e = {0};
+    int rc = ink_hub_download("org/model", &o, &r, &e);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    assert_int_equal(rc, INK_E_IO);
+    assert_non_null(strstr(e.msg, "disk full"));
+    assert_non_null(strstr(e.msg, "resume"));
+    assert_int_equal(file_size(ld, "mtp.safetensors.incomplete"), 100000);
+    assert_false(file_exists(ld, "mtp.safetensors"));
+    clear_log(f);
+    e = (ink_err){0};
+    rc = ink_hub_download("org/model", &o, &r, &e);
+    if (rc) fail_msg("%s", e.msg);
+    assert_same_as_origin(f, ld, "mtp.safetensors");
+    assert_int_equal(count_requests(f, (req_filter){.port = "cdn", .range_mode = 2}), 1);
 }
 
 static void test_progress_output(void **state)
@@ -1048,6 +1096,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_not_found, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_revision_encoding, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_disk_full_preflight, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_disk_full_during_transfer, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_progress_output, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_resolve_local, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_cli, fx_setup, fx_teardown),

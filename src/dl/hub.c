@@ -414,6 +414,14 @@ static int http_status_error(hub *h, const char *file, int attempts, ink_err *er
     long st = h->r.status;
     const char *ec = h->r.err_code;
     const char *what = file ? file : "the file list";
+    int gated = strcmp(ec, "GatedRepo") == 0 || h->gated[0] || strstr(h->errbody, "gated");
+    if ((st == 401 || st == 403) && gated)
+        return ink_err_set(err, INK_E_NET,
+                           "HTTP %ld: %s is gated; request access at %s/%s and use a token of an "
+                           "account that was granted access%s%s",
+                           st, h->repo, h->ep, h->repo,
+                           h->auth[0] ? "" : " (no token was given: set HF_TOKEN or pass --token)",
+                           srv);
     if (st == 401) {
         if (h->auth[0])
             return ink_err_set(err, INK_E_NET,
@@ -425,18 +433,11 @@ static int http_status_error(hub *h, const char *file, int attempts, ink_err *er
                            "and needs a token (set HF_TOKEN or pass --token)%s",
                            what, h->repo, srv);
     }
-    if (st == 403) {
-        if (strcmp(ec, "GatedRepo") == 0 || h->gated[0] || strstr(h->errbody, "gated"))
-            return ink_err_set(err, INK_E_NET,
-                               "HTTP 403: %s is gated; request access at %s/%s and use a token of an "
-                               "account that was granted access%s%s",
-                               h->repo, h->ep, h->repo, h->auth[0] ? "" : " (no token was given)",
-                               srv);
+    if (st == 403)
         return ink_err_set(err, INK_E_NET,
                            "HTTP 403 for %s of %s: access denied; the token lacks permission for "
                            "this repository%s",
                            what, h->repo, srv);
-    }
     if (st == 404) {
         if (strcmp(ec, "RevisionNotFound") == 0)
             return ink_err_set(err, INK_E_NET, "revision '%s' not found in %s (HTTP 404)%s", h->rev,
@@ -820,6 +821,7 @@ static size_t file_sink(void *ctx, const char *data, size_t n)
                 d->restart = 1; /* not the continuation we asked for: start over */
                 return 0;
             }
+            if (d->size < 0 && tot > 0) d->size = tot;
         } else if (d->have > 0) { /* 200: the server ignored the range */
             logf_(h, "[%d/%d] %s: the server ignored the range; starting over\n", d->idx, d->n,
                   d->f->path);

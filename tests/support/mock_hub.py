@@ -18,6 +18,7 @@ Repository ids select behaviours:
   org/private   401 unless "Authorization: Bearer good-token"
   org/ghost     the listing names missing.json, whose resolve is 404 EntryNotFound
   org/badrange  the cdn answers 206 with a Content-Range starting at 0 whatever was asked
+  org/manual    listed with gated "manual"; every resolve is 401 (no token) / 403 (token), GatedRepo
   org/expired   the cdn answers 403 (expired signature) to the first GET of each LFS file
   anything else 404 RepoNotFound
 tokenizer.json always answers a relative 307 to itself (with ?moved=1) first.
@@ -66,7 +67,7 @@ FILES = {
     "pytorch_model.bin": (b"not wanted", False),
 }
 REPOS = {"model", "drop", "dropall", "badhash", "flaky", "gated", "private", "ghost", "norange",
-         "badrange", "expired"}
+         "badrange", "expired", "manual"}
 
 
 def commit_of(repo):
@@ -200,7 +201,8 @@ class Hub(Base):
             sib.append(e)
         if mode == "ghost":
             sib.append({"rfilename": "missing.json", "size": 5, "blobId": git_blob(b"ghost")})
-        body = {"id": "org/" + name, "sha": commit, "siblings": sib, "gated": False,
+        body = {"id": "org/" + name, "sha": commit, "siblings": sib,
+                "gated": "manual" if mode == "manual" else False,
                 "private": mode == "private"}
         self.send(200, json.dumps(body).encode())
 
@@ -210,6 +212,9 @@ class Hub(Base):
             return
         if rev != commit_of(name):
             return self.error(404, "RevisionNotFound", "Invalid rev id: " + rev)
+        if mode == "manual":
+            status = 403 if self.headers.get("Authorization") else 401
+            return self.error(status, "GatedRepo", "Access to model org/manual is restricted")
         if mode == "flaky" and once(("resolve", path)):
             return self.send(503, b"busy", {"Retry-After": "0"})
         if path not in FILES:
