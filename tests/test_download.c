@@ -1003,6 +1003,17 @@ static void test_resolve_local(void **state)
     e = (ink_err){0};
     assert_int_equal(ink_hub_resolve_local("org/model", f->cache, dir, sizeof dir, &e), INK_OK);
     assert_string_equal(dir, r.dir);
+    /* -m ARG: a directory wins, a repo id goes through the cache */
+    char dir2[1024];
+    e = (ink_err){0};
+    assert_int_equal(ink_hub_model_arg("org/model", f->cache, dir2, sizeof dir2, &e), INK_OK);
+    assert_string_equal(dir2, r.dir);
+    assert_int_equal(ink_hub_model_arg(r.dir, NULL, dir2, sizeof dir2, &e), INK_OK);
+    assert_string_equal(dir2, r.dir);
+    assert_int_equal(ink_hub_model_arg("org/absent", f->cache, dir2, sizeof dir2, &e), INK_E_IO);
+    e = (ink_err){0};
+    assert_int_equal(ink_hub_model_arg("/no/such/dir", f->cache, dir2, sizeof dir2, &e), INK_E_IO);
+    assert_non_null(strstr(e.msg, "no such directory"));
     char small[8];
     e = (ink_err){0};
     assert_int_equal(ink_hub_resolve_local("org/model", f->cache, small, sizeof small, &e),

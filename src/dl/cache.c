@@ -171,3 +171,24 @@ int ink_hub_resolve_local(const char *repo_id, const char *cache_dir, char *out_
     memcpy(out_dir, best, strlen(best) + 1);
     return INK_OK;
 }
+
+int ink_hub_model_arg(const char *arg, const char *cache_dir, char *out_dir, size_t n,
+                      ink_err *err)
+{
+    struct stat st;
+    if (!arg || !*arg) return ink_err_set(err, INK_E_INVAL, "empty model argument");
+    if (stat(arg, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return ink_err_set(err, INK_E_IO, "%s is not a directory", arg);
+        if (strlen(arg) + 1 > n) return ink_err_set(err, INK_E_INVAL, "model path too long");
+        memcpy(out_dir, arg, strlen(arg) + 1);
+        return INK_OK;
+    }
+    if (!ink_hub_is_repo_id(arg))
+        return ink_err_set(err, INK_E_IO, "%s: no such directory (and not an owner/name repo id)",
+                           arg);
+    if (!cache_dir || !*cache_dir)
+        return ink_err_set(err, INK_E_IO, "%s: no such directory, and no cache directory to look in",
+                           arg);
+    return ink_hub_resolve_local(arg, cache_dir, out_dir, n, err);
+}

@@ -69,6 +69,11 @@ int ink_hub_download(const char *repo_id, const ink_hub_opts *opts, ink_hub_resu
 int ink_hub_resolve_local(const char *repo_id, const char *cache_dir, char *out_dir, size_t n,
                           ink_err *err);
 
+/* What `-m ARG` means: an existing directory is used as is; otherwise an owner/name repo id is
+ * resolved with ink_hub_resolve_local; anything else is INK_E_IO ("no such directory"). */
+int ink_hub_model_arg(const char *arg, const char *cache_dir, char *out_dir, size_t n,
+                      ink_err *err);
+
 /* 1 if s has the form owner/name with Hub-legal characters ([A-Za-z0-9._-], no "..", no leading
  * or trailing '.' / '-'), 0 otherwise. A caller with "-m X" checks for an existing path first. */
 int ink_hub_is_repo_id(const char *s);
