@@ -25,8 +25,10 @@ static int group_setup(void **state)
     (void)state;
     mkdir("tests/tmp", 0755);
     mkdir(TMP, 0755);
-    struct stat st;
-    if (stat(TMP "/tokenizer.json", &st) != 0 || st.st_size < 1000000) {
+    struct stat st, gz;
+    if (stat(DATA "/tokenizer.json.gz", &gz) != 0)
+        return -1;
+    if (stat(TMP "/tokenizer.json", &st) != 0 || st.st_size < 1000000 || st.st_mtime < gz.st_mtime) {
         if (system("gzip -dc " DATA "/tokenizer.json.gz > " TMP "/tokenizer.json.part.c && mv " TMP
                    "/tokenizer.json.part.c " TMP "/tokenizer.json") != 0)
             return -1;
