@@ -1177,6 +1177,8 @@ static int split_run(enc_ctx *c, const unsigned char *s, size_t n)
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
         size_t ms = ov[0], me = ov[1];
         if (me == ms) { /* empty match: the character stays in the gap */
+            if (ms >= n)
+                break;
             from = ms + utf8_char_len(s[ms]);
             continue;
         }
@@ -1257,6 +1259,11 @@ int ink_tokenizer_encode(const ink_tokenizer *t, const char *text, size_t len, i
     int rc = INK_OK;
     c.md = pcre2_match_data_create_from_pattern(t->re, NULL);
     c.mc = pcre2_match_context_create(NULL);
+    if (c.mc) { /* the pattern is linear per match; the defaults (10M steps) stop 16 MiB of spaces */
+        pcre2_set_match_limit(c.mc, UINT32_MAX);
+        pcre2_set_depth_limit(c.mc, UINT32_MAX);
+        pcre2_set_heap_limit(c.mc, 1u << 20);
+    }
     if (t->jit) {
         c.js = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
         if (c.js && c.mc)
