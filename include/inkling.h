@@ -137,6 +137,91 @@ void ink_session_save(const ink_session *s, ink_snapshot *snap);
 int ink_session_restore(ink_session *s, const ink_snapshot *snap, ink_err *err);
 int ink_session_rollback_slack(const ink_session *s);
 
+/* Capture-and-commit rollback (an alternative to restore + replay). With capture on, each eval of at
+ * most ink_session_rollback_slack() tokens records the raw inputs of every short conv. Afterwards
+ * ink_session_commit(s, snap, n_keep) makes the state equal to having fed only the first n_keep of
+ * those tokens after the snapshot `snap` (saved right before that eval): position and conv states are
+ * rebuilt from the snapshot plus the captured rows; KV rows beyond are simply ignored. Capture
+ * buffers are allocated by ink_session_set_capture (not on the hot path). */
+int ink_session_set_capture(ink_session *s, int on, ink_err *err);
+int ink_session_commit(ink_session *s, const ink_snapshot *snap, int n_keep, ink_err *err);
+
+/* ---- sampling --------------------------------------------------------------------------- */
+
+typedef struct ink_sampling {
+    float temp;   /* <= 0: greedy (argmax, ties to the lowest id) */
+    int top_k;    /* <= 0: off */
+    float top_p;  /* >= 1 or <= 0: off */
+    float min_p;  /* <= 0: off */
+    uint64_t seed;
+} ink_sampling;
+
+/* ---- MTP drafter and generation ------------------------------------------------------- */
+
+typedef struct ink_drafter ink_drafter;
+
+#define INK_MAX_DEPTH 64
+
+enum ink_mtp_mode {
+    INK_MTP_PER_DEPTH = 0, /* mode P: per-depth history (mtp.md 7.1-7.8), the semantics the head was trained with */
+    INK_MTP_COMPAT = 1,    /* Compat-X: the block-0-history procedure of mlx-vlm / mlxcel (mtp.md 7.9) */
+};
+
+/* Opens the MTP head in `dir` for `target`: any directory whose safetensors hold model.mtp.layers.*
+ * tensors (a full checkpoint: only the shards holding them are opened; or config.json +
+ * mtp.safetensors). Detection is by tensor presence, never by a config flag alone. The target must
+ * outlive the drafter. Caller frees with ink_drafter_free. */
+int ink_drafter_open(ink_drafter **out, ink_model *target, const char *dir, ink_err *err);
+void ink_drafter_free(ink_drafter *d);
+int ink_drafter_n_depth(const ink_drafter *d);
+
+/* One speculative round, reported to the trace callback (fields as in the golden traces). */
+typedef struct ink_round {
+    int round, n, k_eff;
+    int n_drafts;
+    const int32_t *drafts;
+    const int *draft_blocks;
+    const float *draft_margins;
+    int a;
+    int n_emitted;
+    const int32_t *emitted;
+    int32_t bonus;
+    int bonus_emitted;
+} ink_round;
+
+typedef struct ink_gen_opts {
+    int max_tokens;            /* tokens to emit, including the first one from the prompt */
+    int stop_eos;              /* stop after emitting eos */
+    int eos;                   /* stop id (model's eos_token_id when < 0) */
+    ink_sampling sampling;
+    ink_drafter *drafter;      /* NULL: plain decoding */
+    int block_size;            /* K: verify width (bonus + drafts); <= 0: depth + 2; 1: plain steps */
+    int mtp_mode;              /* enum ink_mtp_mode */
+    int capture_commit;        /* 1: rollback by capture-and-commit instead of restore + replay */
+    void (*on_token)(void *ud, int32_t token);       /* each emitted token, in order */
+    void (*on_round)(void *ud, const ink_round *r);  /* each speculative round */
+    void *ud;
+    volatile int *cancel;      /* checked between steps; non-zero stops with INK_E_CANCELLED */
+} ink_gen_opts;
+
+typedef struct ink_gen_stats {
+    int prompt_tokens, generated_tokens;
+    int rounds, drafted, accepted;           /* speculative rounds; drafts proposed / accepted */
+    int round_emitted;                       /* tokens emitted by speculative rounds (mean accepted length = this / rounds) */
+    int k_requested, k_min, k_max;           /* verify widths */
+    int zero_accept, partial_accept, full_accept;
+    int n_pos;                               /* draft positions reported below */
+    int pos_proposed[INK_MAX_DEPTH], pos_accepted[INK_MAX_DEPTH]; /* per draft position j (d_{j+1}) */
+    double prefill_s, decode_s;              /* wall time of prefill and of everything after it */
+    double draft_s, verify_s, rollback_s;    /* parts of decode_s */
+} ink_gen_stats;
+
+/* Resets `s`, feeds the prompt and generates up to opts->max_tokens tokens into out[0..out_cap).
+ * With temperature 0 the output is the plain greedy output whatever the drafter does; with
+ * temperature > 0 drafts are accepted by lossless speculative sampling. *n_out = tokens emitted. */
+int ink_generate(ink_session *s, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,
+                 int out_cap, int *n_out, ink_gen_stats *stats, ink_err *err);
+
 #ifdef __cplusplus
 }
 #endif

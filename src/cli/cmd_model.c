@@ -50,13 +50,6 @@ static int open_model(const common *c, ink_model **m, ink_err *e)
     return ink_model_open(m, c->model, &o, e) ? fail(e) : 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ---- info ------------------------------------------------------------------------------ */
 
 int cmd_info(int argc, char **argv)
@@ -203,59 +196,120 @@ int cmd_logits(int argc, char **argv)
     return rc;
 }
 
-/* ---- generate -------------------------------------------------------------------------- */
+/* ---- generate ----------------------------------------------------------------------- */
 
-static int argmax(const float *x, int n)
+static void trace_round(void *ud, const ink_round *r)
 {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i; /* strict: ties go to the lowest id */
-    return b;
+    FILE *f = ud;
+    if (!f) return;
+    fprintf(f, "{\"round\": %d, \"n\": %d, \"K_eff\": %d, \"drafts\": [", r->round, r->n, r->k_eff);
+    for (int i = 0; i < r->n_drafts; i++) fprintf(f, "%s%d", i ? ", " : "", r->drafts[i]);
+    fprintf(f, "], \"draft_blocks\": [");
+    for (int i = 0; i < r->n_drafts; i++) fprintf(f, "%s%d", i ? ", " : "", r->draft_blocks[i]);
+    fprintf(f, "], \"draft_margins\": [");
+    for (int i = 0; i < r->n_drafts; i++) fprintf(f, "%s%.6f", i ? ", " : "", r->draft_margins[i]);
+    fprintf(f, "], \"a\": %d, \"emitted\": [", r->a);
+    for (int i = 0; i < r->n_emitted; i++) fprintf(f, "%s%d", i ? ", " : "", r->emitted[i]);
+    fprintf(f, "], \"bonus\": %d, \"bonus_emitted\": %s}\n", r->bonus, r->bonus_emitted ? "true" : "false");
 }
 
-static uint64_t rng_next(uint64_t *s)
+static int write_stats(const char *path, const ink_gen_stats *st, const char *mode, int depth)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static int sample_temp(float *x, int n, double temp, uint64_t *rng)
-{
-    int b = argmax(x, n);
-    double mx = x[b], sum = 0;
-    for (int i = 0; i < n; i++) sum += exp((x[i] - mx) / temp);
-    double r = (double)(rng_next(rng) >> 11) * 0x1.0p-53 * sum, acc = 0;
-    for (int i = 0; i < n; i++) {
-        acc += exp((x[i] - mx) / temp);
-        if (acc > r) return i;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "inkling: %s: cannot open for writing\n", path);
+        return 1;
     }
-    return b;
+    double dec = st->generated_tokens > 1 ? (st->generated_tokens - 1) / fmax(st->decode_s, 1e-9) : 0;
+    fprintf(f, "{\n  \"prompt_tokens\": %d,\n  \"generated_tokens\": %d,\n  \"rounds\": %d,\n  \"drafted\": %d,\n"
+               "  \"accepted\": %d,\n  \"mean_accepted_length\": %.6f,\n  \"acceptance_per_depth\": [",
+            st->prompt_tokens, st->generated_tokens, st->rounds, st->drafted, st->accepted,
+            st->rounds ? (double)st->round_emitted / st->rounds : 0.0);
+    for (int j = 0; j < st->n_pos; j++)
+        fprintf(f, "%s%.6f", j ? ", " : "", st->pos_proposed[j] ? (double)st->pos_accepted[j] / st->pos_proposed[j] : 0.0);
+    fprintf(f, "],\n  \"proposed_per_depth\": [");
+    for (int j = 0; j < st->n_pos; j++) fprintf(f, "%s%d", j ? ", " : "", st->pos_proposed[j]);
+    fprintf(f, "],\n  \"accepted_per_depth\": [");
+    for (int j = 0; j < st->n_pos; j++) fprintf(f, "%s%d", j ? ", " : "", st->pos_accepted[j]);
+    fprintf(f, "],\n  \"acceptance_rate\": %.6f,\n  \"prefill_tok_s\": %.3f,\n  \"decode_tok_s\": %.3f,\n"
+               "  \"prefill_s\": %.6f,\n  \"decode_s\": %.6f,\n  \"draft_s\": %.6f,\n  \"verify_s\": %.6f,\n"
+               "  \"rollback_s\": %.6f,\n  \"block_size\": %d,\n  \"k_min\": %d,\n  \"k_max\": %d,\n"
+               "  \"zero_accept_rounds\": %d,\n  \"partial_accept_rounds\": %d,\n  \"full_accept_rounds\": %d,\n"
+               "  \"mtp_mode\": \"%s\",\n  \"mtp_depth\": %d,\n  \"plain_equivalent_forwards\": %d,\n"
+               "  \"target_forwards\": %d\n}\n",
+            st->drafted ? (double)st->accepted / st->drafted : 0.0, st->prompt_tokens / fmax(st->prefill_s, 1e-9), dec,
+            st->prefill_s, st->decode_s, st->draft_s, st->verify_s, st->rollback_s, st->k_requested, st->k_min,
+            st->k_max, st->zero_accept, st->partial_accept, st->full_accept, mode, depth,
+            st->generated_tokens > 0 ? st->generated_tokens - 1 : 0,
+            st->generated_tokens > 0 ? st->generated_tokens - 1 - st->round_emitted + st->rounds : 0);
+    return fclose(f) != 0;
 }
 
 int cmd_generate(int argc, char **argv)
 {
     common c = {0};
-    const char *ids_s = NULL;
-    long n_gen = 32, seed = 0;
-    double temp = 0.0;
-    int print_ids = 0, stop_eos = -1;
+    const char *ids_s = NULL, *draft_kind = "none", *draft_model = NULL, *mtp_mode = "per-depth";
+    const char *stats_path = NULL, *trace_path = NULL;
+    long n_gen = 32, seed = 0, top_k = 40, block = 0;
+    double temp = 0.8, top_p = 0.95, min_p = 0.05;
+    int stop_eos = -1, capture = 0;
     for (int i = 1; i < argc; i++) {
         int r = common_arg(&c, argc, argv, &i);
         if (r < 0) return 2;
         if (r) continue;
         const char *a = argv[i], *v;
+#define VAL() if (!(v = arg_value(argc, argv, &i))) return 2
         if (!strcmp(a, "--prompt-ids")) {
-            if (!(ids_s = arg_value(argc, argv, &i))) return 2;
+            VAL();
+            ids_s = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 0, 1L << 30, &n_gen)) return 2;
+            VAL();
+            if (arg_int(a, v, 0, 1L << 30, &n_gen)) return 2;
         } else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) {
-            if (!(v = arg_value(argc, argv, &i)) || arg_float(a, v, 0, 100, &temp)) return 2;
+            VAL();
+            if (arg_float(a, v, 0, 100, &temp)) return 2;
+        } else if (!strcmp(a, "--top-k")) {
+            VAL();
+            if (arg_int(a, v, 0, 1L << 30, &top_k)) return 2;
+        } else if (!strcmp(a, "--top-p")) {
+            VAL();
+            if (arg_float(a, v, 0, 1, &top_p)) return 2;
+        } else if (!strcmp(a, "--min-p")) {
+            VAL();
+            if (arg_float(a, v, 0, 1, &min_p)) return 2;
         } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
-            if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 0, 0x7fffffffL, &seed)) return 2;
+            VAL();
+            if (arg_int(a, v, 0, 0x7fffffffL, &seed)) return 2;
+        } else if (!strcmp(a, "--draft-kind")) {
+            VAL();
+            if (strcmp(v, "none") && strcmp(v, "mtp")) {
+                fprintf(stderr, "inkling generate: --draft-kind must be none or mtp, found '%s'\n", v);
+                return 2;
+            }
+            draft_kind = v;
+        } else if (!strcmp(a, "--draft-model")) {
+            VAL();
+            draft_model = v;
+        } else if (!strcmp(a, "--draft-block-size")) {
+            VAL();
+            if (arg_int(a, v, 1, 64, &block)) return 2;
+        } else if (!strcmp(a, "--mtp-mode")) {
+            VAL();
+            if (strcmp(v, "per-depth") && strcmp(v, "compat")) {
+                fprintf(stderr, "inkling generate: --mtp-mode must be per-depth or compat, found '%s'\n", v);
+                return 2;
+            }
+            mtp_mode = v;
+        } else if (!strcmp(a, "--capture-commit")) {
+            capture = 1;
+        } else if (!strcmp(a, "--stats-json")) {
+            VAL();
+            stats_path = v;
+        } else if (!strcmp(a, "--trace")) {
+            VAL();
+            trace_path = v;
         } else if (!strcmp(a, "--ids")) {
-            print_ids = 1;
+            /* token ids are the only output form until the tokenizer lands */
         } else if (!strcmp(a, "--stop-eos")) {
             stop_eos = 1;
         } else if (!strcmp(a, "--ignore-eos")) {
@@ -265,19 +319,21 @@ int cmd_generate(int argc, char **argv)
                             "yet; pass --prompt-ids\n", a);
             return 2;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: inkling generate -m DIR --prompt-ids 1,2,3 [-n N] [--temp T] [--seed S] [--ids]\n"
-                   "                        [--stop-eos|--ignore-eos] [--threads N] [-c N]\n");
+            printf("usage: inkling generate -m DIR --prompt-ids 1,2,3 [-n N] [--temp T] [--top-k K] [--top-p P]\n"
+                   "         [--min-p P] [--seed S] [--ids] [--stop-eos|--ignore-eos] [--threads N] [-c N]\n"
+                   "         [--draft-kind none|mtp] [--draft-model DIR] [--draft-block-size K]\n"
+                   "         [--mtp-mode per-depth|compat] [--capture-commit] [--stats-json FILE] [--trace FILE]\n");
             return 0;
         } else {
             fprintf(stderr, "inkling generate: unknown option %s\n", a);
             return 2;
         }
+#undef VAL
     }
     if (!ids_s) {
         fprintf(stderr, "inkling generate: need --prompt-ids (text prompts come with the tokenizer)\n");
         return 2;
     }
-    (void)print_ids; /* token ids are the only output form until the tokenizer lands */
     int32_t *ids;
     int T;
     if (arg_ids("--prompt-ids", ids_s, &ids, &T)) return 2;
@@ -291,39 +347,52 @@ int cmd_generate(int argc, char **argv)
     /* The token-level interface (--prompt-ids) does not stop at EOS unless asked: it mirrors the
      * reference's fixed-length greedy runs. */
     if (stop_eos < 0) stop_eos = 0;
-    int eos = ink_model_get_info(m)->eos, V = ink_model_n_vocab(m);
+    ink_drafter *d = NULL;
     ink_session *s = NULL;
-    float *lg = malloc((size_t)V * sizeof(float));
+    FILE *trace = NULL;
     int32_t *out = malloc((size_t)(n_gen ? n_gen : 1) * sizeof *out);
     long n_ctx = c.n_ctx;
-    if (!n_ctx && T + n_gen > 4096) n_ctx = T + n_gen;
+    if (!n_ctx && T + n_gen + 64 > 4096) n_ctx = T + n_gen + 64;
     int n_out = 0;
-    uint64_t rng = (uint64_t)seed;
-    double t0 = now_s(), t1 = t0;
-    if (!lg || !out) rc = (fprintf(stderr, "inkling: out of memory\n"), 1);
+    ink_gen_stats st;
+    if (!out) rc = (fprintf(stderr, "inkling: out of memory\n"), 1);
+    else if (!strcmp(draft_kind, "mtp") && ink_drafter_open(&d, m, draft_model ? draft_model : c.model, &e)) rc = fail(&e);
     else if (ink_session_create(&s, m, (int)n_ctx, &e)) rc = fail(&e);
-    else if (n_gen > 0) {
-        ink_eval_out o = {.logits = lg};
-        if (ink_session_eval(s, ids, T, &o, &e)) rc = fail(&e);
-        t1 = now_s();
-        while (!rc && n_out < n_gen) {
-            int tok = temp > 0 ? sample_temp(lg, V, temp, &rng) : argmax(lg, V);
-            out[n_out++] = tok;
-            if ((stop_eos && tok == eos) || n_out == n_gen) break;
-            if (ink_session_eval(s, &tok, 1, &o, &e)) rc = fail(&e);
-        }
+    else if (trace_path && !(trace = fopen(trace_path, "w")))
+        rc = (fprintf(stderr, "inkling: %s: cannot open for writing\n", trace_path), 1);
+    else {
+        ink_gen_opts o = {0};
+        o.max_tokens = (int)n_gen;
+        o.stop_eos = stop_eos;
+        o.eos = -1;
+        o.sampling = (ink_sampling){(float)temp, (int)top_k, (float)top_p, (float)min_p, (uint64_t)seed};
+        o.drafter = d;
+        o.block_size = (int)block;
+        o.mtp_mode = !strcmp(mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
+        o.capture_commit = capture;
+        o.on_round = trace ? trace_round : NULL;
+        o.ud = trace;
+        if (ink_generate(s, ids, T, &o, out, (int)n_gen, &n_out, &st, &e)) rc = fail(&e);
     }
-    double t2 = now_s();
+    if (trace && fclose(trace)) rc = (fprintf(stderr, "inkling: %s: write failed\n", trace_path), 1);
     if (!rc) {
         for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
         printf("\n");
-        fprintf(stderr, "prompt: %d tokens, %.2f tok/s; generated: %d tokens, %.2f tok/s\n", T,
-                T / fmax(t1 - t0, 1e-9), n_out, n_out > 1 ? (n_out - 1) / fmax(t2 - t1, 1e-9) : 0.0);
+        double dec = n_out > 1 ? (n_out - 1) / fmax(st.decode_s, 1e-9) : 0.0;
+        fprintf(stderr, "prompt: %d tokens, %.2f tok/s; generated: %d tokens, %.2f tok/s", T,
+                T / fmax(st.prefill_s, 1e-9), n_out, dec);
+        if (d)
+            fprintf(stderr, "; mtp %s K=%d: %d rounds, %d/%d drafts accepted (%.1f%%), %.3f tokens per round",
+                    mtp_mode, st.k_requested, st.rounds, st.accepted, st.drafted,
+                    st.drafted ? 100.0 * st.accepted / st.drafted : 0.0,
+                    st.rounds ? (double)st.round_emitted / st.rounds : 0.0);
+        fprintf(stderr, "\n");
+        if (stats_path) rc = write_stats(stats_path, &st, d ? mtp_mode : "none", d ? ink_drafter_n_depth(d) : 0);
     }
-    free(lg);
     free(out);
     free(ids);
     ink_session_free(s);
+    ink_drafter_free(d);
     ink_model_free(m);
     return rc;
 }

@@ -43,13 +43,43 @@ void ink_layer_cache_free(ink_layer_cache *c)
     if (!c) return;
     free(c->k);
     free(c->v);
-    for (int i = 0; i < 4; i++) free(c->conv[i]);
+    for (int i = 0; i < 4; i++) free(c->conv[i]), free(c->capt[i]);
     memset(c, 0, sizeof *c);
 }
 
 void ink_layer_cache_clear(ink_layer_cache *c)
 {
     for (int i = 0; i < 4; i++) memset(c->conv[i], 0, (size_t)c->conv_n[i] * sizeof(float));
+}
+
+size_t ink_layer_cache_conv_floats(const ink_layer_cache *c)
+{
+    return (size_t)c->conv_n[0] + c->conv_n[1] + c->conv_n[2] + c->conv_n[3];
+}
+
+void ink_layer_cache_save(const ink_layer_cache *c, float *dst)
+{
+    for (int i = 0; i < 4; i++) memcpy(dst, c->conv[i], (size_t)c->conv_n[i] * sizeof(float)), dst += c->conv_n[i];
+}
+
+void ink_layer_cache_load(ink_layer_cache *c, const float *src)
+{
+    for (int i = 0; i < 4; i++) memcpy(c->conv[i], src, (size_t)c->conv_n[i] * sizeof(float)), src += c->conv_n[i];
+}
+
+void ink_layer_cache_commit(ink_layer_cache *c, const float *old, int n, int conv_k)
+{
+    int S = conv_k - 1;
+    for (int i = 0; i < 4; i++) {
+        int C = S ? c->conv_n[i] / S : 0;
+        /* the new state is the last S rows of [old (S rows); captured rows 0..n-1] */
+        for (int r = 0; r < S; r++) {
+            int src = n + r; /* index into the concatenation */
+            const float *row = src < S ? old + (size_t)src * C : c->capt[i] + (size_t)(src - S) * C;
+            memcpy(c->conv[i] + (size_t)r * C, row, (size_t)C * sizeof(float));
+        }
+        old += c->conv_n[i];
+    }
 }
 
 size_t ink_layer_cache_bytes(const ink_layer_cache *c)
@@ -201,6 +231,11 @@ static void attention(const ink_model *m, const ink_layer_w *w, ink_layer_cache 
     ink_matmul(m->pool, &w->at.wk, s->a, H, T, s->k, nkv * d);
     ink_matmul(m->pool, &w->at.wv, s->a, H, T, s->v, nkv * d);
     ink_matmul(m->pool, &w->at.wr, s->a, H, T, s->r, nh * cfg->d_rel);
+    if (c->capt[0]) {
+        memcpy(c->capt[0], s->k, (size_t)T * nkv * d * sizeof(float));
+        memcpy(c->capt[1], s->v, (size_t)T * nkv * d * sizeof(float));
+        c->cap_rows = T;
+    }
     ink_sconv(w->at.k_conv, c->conv[0], s->k, s->k, T, nkv * d, K, s->ext);
     ink_sconv(w->at.v_conv, c->conv[1], s->v, s->v, T, nkv * d, K, s->ext);
     head_norm(s->q, w->at.q_norm, T, nh, d, cfg->eps);
@@ -299,6 +334,7 @@ void ink_layer_forward(const ink_model *m, const ink_layer_w *w, ink_layer_cache
     int H = cfg->hidden, K = cfg->conv_k;
     for (int t = 0; t < T; t++) ink_rmsnorm(s->a + (size_t)t * H, x + (size_t)t * H, w->attn_norm, H, cfg->eps);
     attention(m, w, c, pos0, T, s);
+    if (c->capt[2]) memcpy(c->capt[2], s->u, (size_t)T * H * sizeof(float));
     ink_sconv(w->attn_conv, c->conv[2], s->u, s->u, T, H, K, s->ext);
     for (size_t i = 0; i < (size_t)T * H; i++) x[i] += s->u[i];
     for (int t = 0; t < T; t++) ink_rmsnorm(s->a + (size_t)t * H, x + (size_t)t * H, w->mlp_norm, H, cfg->eps);
@@ -307,6 +343,7 @@ void ink_layer_forward(const ink_model *m, const ink_layer_w *w, ink_layer_cache
         swiglu(m, &w->dense, s->a, T, s->u, s);
         for (size_t i = 0; i < (size_t)T * H; i++) s->u[i] *= w->dense_scale;
     }
+    if (c->capt[3]) memcpy(c->capt[3], s->u, (size_t)T * H * sizeof(float));
     ink_sconv(w->mlp_conv, c->conv[3], s->u, s->u, T, H, K, s->ext);
     for (size_t i = 0; i < (size_t)T * H; i++) x[i] += s->u[i];
 }

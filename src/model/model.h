@@ -62,6 +62,8 @@ typedef struct ink_layer_cache {
     float *k, *v;                  /* [cap][kvw]: post-conv, post-k_norm K (pre-tau); post-conv V */
     float *conv[4];                /* [K-1][kvw] [K-1][kvw] [K-1][H] [K-1][H] */
     int conv_n[4];                 /* floats in each conv state */
+    float *capt[4];                /* NULL, or [chunk][C_i]: raw conv inputs of the latest forward */
+    int cap_rows;                  /* rows captured by the latest forward */
 } ink_layer_cache;
 
 /* Scratch for ink_layer_forward over up to `chunk` rows. One allocation; owned by the caller. */
@@ -83,6 +85,12 @@ int ink_layer_kv_cap(const ink_layer_cfg *l, int n_ctx, int chunk);
 int ink_layer_cache_init(ink_layer_cache *c, const ink_model *m, const ink_layer_cfg *l, int cap, ink_err *err);
 void ink_layer_cache_free(ink_layer_cache *c);
 void ink_layer_cache_clear(ink_layer_cache *c);
+/* Conv states only (KV rows are never copied: see the slack rule above). */
+size_t ink_layer_cache_conv_floats(const ink_layer_cache *c);
+void ink_layer_cache_save(const ink_layer_cache *c, float *dst);
+void ink_layer_cache_load(ink_layer_cache *c, const float *src);
+/* Rebuilds conv state i from a saved state `old` followed by the first n captured input rows. */
+void ink_layer_cache_commit(ink_layer_cache *c, const float *old, int n, int conv_k);
 size_t ink_layer_cache_bytes(const ink_layer_cache *c);
 
 /* One decoder layer over x[T][H] in place, rows at absolute positions pos0 .. pos0+T-1, appending to
@@ -99,6 +107,9 @@ float ink_tau(int p, double n_floor, float alpha);
 /* Bitwise comparison of two sessions' states (position, conv states, the KV rows a future token can
  * attend to). 0 if equal; otherwise 1 and a description in `why`. */
 int ink_session_compare(const ink_session *a, const ink_session *b, char *why, size_t n);
+
+/* The model a session runs (borrowed). */
+ink_model *ink_session_model(const ink_session *s);
 
 /* Embedding rows: out[t] = rmsnorm(embed[ids[t]], embed_norm) (ids already validated). */
 void ink_embed(const ink_model *m, const int32_t *ids, int T, float *out);

@@ -19,6 +19,7 @@ struct ink_session {
     float *x;             /* [chunk][H] residual stream */
     float *xn;            /* [chunk][H] final-normed rows */
     float *tmp;           /* [chunk][H] */
+    int capture;          /* conv inputs are captured (ink_session_set_capture) */
 };
 
 struct ink_snapshot {
@@ -75,6 +76,7 @@ void ink_session_free(ink_session *s)
 }
 
 int ink_session_pos(const ink_session *s) { return s->pos; }
+ink_model *ink_session_model(const ink_session *s) { return s->m; }
 int ink_session_n_ctx(const ink_session *s) { return s->n_ctx; }
 int ink_session_rollback_slack(const ink_session *s) { return s->sc.chunk; }
 
@@ -154,11 +156,10 @@ void ink_snapshot_free(ink_snapshot *p)
 void ink_session_save(const ink_session *s, ink_snapshot *p)
 {
     float *d = p->conv;
-    for (int l = 0; l < s->m->cfg.n_layer; l++)
-        for (int i = 0; i < 4; i++) {
-            memcpy(d, s->lc[l].conv[i], (size_t)s->lc[l].conv_n[i] * sizeof(float));
-            d += s->lc[l].conv_n[i];
-        }
+    for (int l = 0; l < s->m->cfg.n_layer; l++) {
+        ink_layer_cache_save(&s->lc[l], d);
+        d += ink_layer_cache_conv_floats(&s->lc[l]);
+    }
     p->pos = s->pos;
 }
 
@@ -171,12 +172,45 @@ int ink_session_restore(ink_session *s, const ink_snapshot *p, ink_err *err)
                            "cannot restore a snapshot at position %d from position %d (rollback covers at most %d tokens)",
                            p->pos, s->pos, s->sc.chunk);
     const float *d = p->conv;
-    for (int l = 0; l < s->m->cfg.n_layer; l++)
-        for (int i = 0; i < 4; i++) {
-            memcpy(s->lc[l].conv[i], d, (size_t)s->lc[l].conv_n[i] * sizeof(float));
-            d += s->lc[l].conv_n[i];
-        }
+    for (int l = 0; l < s->m->cfg.n_layer; l++) {
+        ink_layer_cache_load(&s->lc[l], d);
+        d += ink_layer_cache_conv_floats(&s->lc[l]);
+    }
     s->pos = p->pos;
+    return INK_OK;
+}
+
+int ink_session_set_capture(ink_session *s, int on, ink_err *err)
+{
+    for (int l = 0; l < s->m->cfg.n_layer; l++) {
+        ink_layer_cache *c = &s->lc[l];
+        int S = s->m->cfg.conv_k - 1;
+        for (int i = 0; i < 4; i++) {
+            free(c->capt[i]);
+            c->capt[i] = NULL;
+            if (on && !(c->capt[i] = malloc((size_t)s->sc.chunk * (S ? c->conv_n[i] / S : 1) * sizeof(float) + 1)))
+                return ink_err_set(err, INK_E_NOMEM, "cannot allocate capture buffers");
+        }
+        c->cap_rows = 0;
+    }
+    s->capture = on;
+    return INK_OK;
+}
+
+int ink_session_commit(ink_session *s, const ink_snapshot *p, int n_keep, ink_err *err)
+{
+    int fed = s->pos - p->pos;
+    if (!s->capture || p->owner != s || fed < 1 || fed > s->sc.chunk || n_keep < 0 || n_keep > fed ||
+        s->lc[0].cap_rows != fed)
+        return ink_err_set(err, INK_E_INVAL,
+                           "commit needs capture on and exactly one eval of <= %d tokens since the snapshot "
+                           "(fed %d, keep %d)", s->sc.chunk, fed, n_keep);
+    const float *d = p->conv;
+    for (int l = 0; l < s->m->cfg.n_layer; l++) {
+        ink_layer_cache_commit(&s->lc[l], d, n_keep, s->m->cfg.conv_k);
+        d += ink_layer_cache_conv_floats(&s->lc[l]);
+    }
+    s->pos = p->pos + n_keep;
     return INK_OK;
 }
 

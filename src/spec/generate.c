@@ -1,0 +1,363 @@
+/* generate.c — plain and speculative generation (mtp.md §7-§12). One loop for both: without a
+ * drafter (or with K = 1) every round is a plain decode step.
+ *
+ * Round (mode P, the default): draft M = min(K_eff - 1, D) tokens, depth m giving d_{m+1} from its
+ * row n-1 (per-depth history: each depth keeps a committed frontier and recomputes only new rows);
+ * verify [x_n, d_1..d_M] in one target forward from a snapshot; walk (greedy) or lossless
+ * speculative sampling (T > 0); keep the e emitted tokens' inputs by restore + replay (or
+ * capture-and-commit); n += e. Compat-X (mtp.md 7.9) differs only in the draft phase and the
+ * drafter update. All buffers are allocated once per call, before the prefill. */
+#include "sample/sampler.h"
+#include "spec/mtp.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct gen {
+    ink_session *s;
+    const ink_model *m;
+    ink_drafter *d;
+    const ink_gen_opts *o;
+    ink_gen_stats *st;
+    int V, H, D, K, mode, greedy, Mmax;
+    uint64_t rng;
+    int32_t *seq;                 /* [n_ctx + 1]: x_0 .. x_n (prompt, committed tokens, bonus) */
+    float *hist;                  /* [n_ctx][H]: target hidden per position (postnorm P / prenorm X) */
+    float *bufA, *bufB;           /* [n_ctx][H]: depth outputs of this round */
+    float *saved_old, *saved_new; /* [D][H]: depth m output at its last committed row */
+    int F[INK_MAX_DEPTH];         /* committed frontier per depth */
+    float *logits;                /* [K][V] verify rows */
+    float *dlog;                  /* [V] draft logits */
+    float *p, *q;                 /* [V], [K][V]: target / draft distributions */
+    int *idx;                     /* [V] sampler scratch */
+    float *tmp;                   /* [2][H] */
+    int32_t drafts[INK_MAX_DEPTH + 1], emitted[INK_MAX_DEPTH + 2];
+    int blocks[INK_MAX_DEPTH + 1];
+    float margins[INK_MAX_DEPTH + 1];
+    /* Compat-X */
+    int32_t seed_tok;
+    float seed_margin, *seed_q, *seed_h;
+    ink_snapshot *snap;
+} gen;
+
+static float margin_of(const float *l, int n)
+{
+    int b = ink_argmax(l, n);
+    float second = -FLT_MAX;
+    for (int i = 0; i < n; i++)
+        if (i != b && l[i] > second) second = l[i];
+    return l[b] - second;
+}
+
+/* Draws a token from logits with the request's sampler; q (if not NULL) gets the distribution. */
+static int32_t pick(gen *g, const float *logits, float *q)
+{
+    if (g->greedy) {
+        if (q) memset(q, 0, (size_t)g->V * sizeof *q), q[ink_argmax(logits, g->V)] = 1.0f;
+        return ink_argmax(logits, g->V);
+    }
+    float *dist = q ? q : g->p;
+    ink_sample_dist(&g->o->sampling, logits, g->V, dist, g->idx);
+    return ink_sample_draw(dist, g->V, &g->rng);
+}
+
+/* ---- mode P draft phase (mtp.md 7.3) ---------------------------------------------------- */
+
+static void draft_per_depth(gen *g, int n, int M)
+{
+    int H = g->H;
+    float *prev = NULL; /* outputs of depth m-1 this round, rows [Fprev, n-1] */
+    int Fprev = 0;
+    for (int m = 0; m < g->Mmax; m++) {
+        ink_depth *dp = &g->d->d[m];
+        int Fs = g->F[m], c = n - m - 1;
+        float *cur = (m % 2) ? g->bufB : g->bufA;
+        int first_prov = c >= Fs ? c + 1 : Fs;
+        int last = m < M ? n - 1 : c; /* provisional rows only for depths that draft this round */
+        if (last < Fs) continue;      /* nothing to do yet (very short prompt) */
+        /* inputs: hidden rows and tokens for p in [Fs, last] */
+        for (int p = Fs; p <= last; p++) {
+            const float *h;
+            if (m == 0) h = g->hist + (size_t)p * H;
+            else if (p < Fprev) h = g->saved_old + (size_t)(m - 1) * H; /* p == Fprev - 1 */
+            else h = prev + (size_t)(p - Fprev) * H;
+            memcpy(cur + (size_t)(p - Fs) * H, h, (size_t)H * sizeof(float));
+        }
+        /* committed rows */
+        int32_t *toks = g->seq; /* x_{p+m+1} for committed rows; drafts for provisional */
+        if (c >= Fs) {
+            int nc = c - Fs + 1;
+            ink_depth_forward(g->d, m, cur, toks + Fs + m + 1, nc, Fs, 1, cur);
+            g->F[m] = c + 1;
+            memcpy(g->saved_new + (size_t)m * H, cur + (size_t)(c - Fs) * H, (size_t)H * sizeof(float));
+        }
+        if (m < M) {
+            ink_layer_cache_save(&dp->cache, dp->conv_save);
+            int np = last - first_prov + 1;
+            int32_t ptok[INK_MAX_DEPTH + 1];
+            for (int i = 0; i < np; i++) {
+                int p = first_prov + i, t = p + m + 1;
+                ptok[i] = t <= n ? g->seq[t] : g->drafts[t - n - 1];
+            }
+            float *rows = cur + (size_t)(first_prov - Fs) * H;
+            ink_depth_forward(g->d, m, rows, ptok, np, first_prov, 1, rows);
+            ink_layer_cache_load(&dp->cache, dp->conv_save); /* drop the provisional rows */
+            const float *u = cur + (size_t)(n - 1 - Fs) * H;
+            ink_draft_logits(g->d, u, 0, g->dlog, g->tmp);
+            g->margins[m] = margin_of(g->dlog, g->V);
+            g->drafts[m] = pick(g, g->dlog, g->q + (size_t)m * g->V);
+            g->blocks[m] = m;
+        }
+        prev = cur, Fprev = Fs;
+    }
+    memcpy(g->saved_old, g->saved_new, (size_t)g->D * H * sizeof(float));
+}
+
+/* ---- Compat-X (mtp.md 7.9) -------------------------------------------------------------- */
+
+static void compat_update(gen *g, int n0, int rows)
+{
+    /* block 0 appends rows n0 .. n0+rows-1: prenorm hidden hist[p], token x_{p+1} */
+    float *out = g->bufA;
+    ink_depth_forward(g->d, 0, g->hist + (size_t)n0 * g->H, g->seq + n0 + 1, rows, n0, 0, out);
+    const float *u = out + (size_t)(rows - 1) * g->H;
+    memcpy(g->seed_h, u, (size_t)g->H * sizeof(float));
+    ink_draft_logits(g->d, u, 1, g->dlog, g->tmp);
+    g->seed_margin = margin_of(g->dlog, g->V);
+    g->seed_tok = pick(g, g->dlog, g->seed_q);
+}
+
+static void draft_compat(gen *g, int n, int M)
+{
+    int H = g->H, rows_b[INK_MAX_DEPTH] = {0};
+    ink_depth *b0 = &g->d->d[0];
+    ink_layer_cache_save(&b0->cache, b0->conv_save);
+    for (int b = 1; b < g->D; b++) ink_layer_cache_clear(&g->d->d[b].cache);
+    g->drafts[0] = g->seed_tok, g->blocks[0] = 0, g->margins[0] = g->seed_margin;
+    memcpy(g->q, g->seed_q, (size_t)g->V * sizeof(float));
+    float *prev = g->bufB, *outb = g->bufB + H;
+    memcpy(prev, g->seed_h, (size_t)H * sizeof(float));
+    for (int r = 0, k = 1; k < M; r++, k++) {
+        int b = r < g->D - 1 ? r : g->D - 1;
+        int pos = b == 0 ? n + rows_b[0] : rows_b[b];
+        ink_depth_forward(g->d, b, prev, &g->drafts[k - 1], 1, pos, 0, outb);
+        rows_b[b]++;
+        ink_draft_logits(g->d, outb, 1, g->dlog, g->tmp);
+        g->margins[k] = margin_of(g->dlog, g->V);
+        g->drafts[k] = pick(g, g->dlog, g->q + (size_t)k * g->V);
+        g->blocks[k] = b;
+        memcpy(prev, outb, (size_t)H * sizeof(float));
+    }
+}
+
+/* ---- the loop ---------------------------------------------------------------------------- */
+
+static void free_gen(gen *g)
+{
+    free(g->seq), free(g->hist), free(g->bufA), free(g->bufB), free(g->saved_old), free(g->saved_new);
+    free(g->logits), free(g->dlog), free(g->p), free(g->q), free(g->idx), free(g->tmp), free(g->seed_q), free(g->seed_h);
+    ink_snapshot_free(g->snap);
+}
+
+static int emit(gen *g, int32_t tok, int32_t *out, int *n_out, int *stop)
+{
+    out[(*n_out)++] = tok;
+    if (g->o->on_token) g->o->on_token(g->o->ud, tok);
+    int eos = g->o->eos >= 0 ? g->o->eos : ink_model_get_info(g->m)->eos;
+    if ((g->o->stop_eos && tok == eos) || *n_out >= g->o->max_tokens) *stop = 1;
+    return 0;
+}
+
+int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opts *o, int32_t *out, int out_cap,
+                 int *n_out, ink_gen_stats *st, ink_err *err)
+{
+    ink_gen_stats local;
+    if (!st) st = &local;
+    memset(st, 0, sizeof *st);
+    *n_out = 0;
+    gen G = {0}, *g = &G;
+    g->s = s, g->m = ink_session_model(s), g->d = o->drafter, g->o = o, g->st = st;
+    g->V = g->m->cfg.vocab_unpadded, g->H = g->m->cfg.hidden;
+    g->D = g->d ? g->d->D : 0;
+    g->mode = o->mtp_mode;
+    g->greedy = !(o->sampling.temp > 0);
+    g->rng = o->sampling.seed;
+    int slack = ink_session_rollback_slack(s), n_ctx = ink_session_n_ctx(s);
+    g->K = g->d ? (o->block_size > 0 ? o->block_size : g->D + 2) : 1;
+    if (g->K > slack) g->K = slack;
+    if (g->K > INK_MAX_DEPTH + 1) g->K = INK_MAX_DEPTH + 1;
+    g->Mmax = g->d ? (g->mode == INK_MTP_COMPAT ? g->K - 1 : (g->K - 1 < g->D ? g->K - 1 : g->D)) : 0;
+    st->prompt_tokens = P, st->k_requested = g->K, st->n_pos = g->Mmax, st->k_min = INT32_MAX;
+    if (P < 1) return ink_err_set(err, INK_E_INVAL, "generate needs a prompt of at least one token");
+    if (o->max_tokens < 0 || o->max_tokens > out_cap)
+        return ink_err_set(err, INK_E_INVAL, "max_tokens %d out of range (buffer holds %d)", o->max_tokens, out_cap);
+    if (P >= n_ctx)
+        return ink_err_set(err, INK_E_CTX_FULL, "prompt of %d tokens leaves no room in a context of %d", P, n_ctx);
+    int rc = INK_OK, H = g->H, V = g->V, K = g->K;
+    size_t hb = (size_t)H * sizeof(float);
+    g->seq = malloc((size_t)(n_ctx + 1) * sizeof *g->seq);
+    g->logits = malloc((size_t)K * V * sizeof(float));
+    g->dlog = malloc((size_t)V * sizeof(float));
+    g->p = malloc((size_t)V * sizeof(float));
+    g->q = malloc((size_t)(K + 1) * V * sizeof(float));
+    g->idx = malloc((size_t)V * sizeof(int));
+    g->tmp = malloc(3 * hb);
+    int need_hist = g->d != NULL;
+    g->hist = malloc(need_hist ? (size_t)n_ctx * hb : hb);
+    g->bufA = malloc(g->d ? (size_t)n_ctx * hb : hb);
+    g->bufB = malloc(g->d ? (size_t)n_ctx * hb : hb);
+    g->saved_old = calloc((size_t)(g->D + 1), hb);
+    g->saved_new = calloc((size_t)(g->D + 1), hb);
+    g->seed_q = malloc((size_t)V * sizeof(float));
+    g->seed_h = malloc(hb);
+    if (!g->seq || !g->logits || !g->dlog || !g->p || !g->q || !g->idx || !g->tmp || !g->hist || !g->bufA || !g->bufB ||
+        !g->saved_old || !g->saved_new || !g->seed_q || !g->seed_h) {
+        free_gen(g);
+        return ink_err_set(err, INK_E_NOMEM, "out of memory for generation buffers");
+    }
+    if ((rc = ink_snapshot_create(&g->snap, s, err))) goto done;
+    if (o->capture_commit && (rc = ink_session_set_capture(s, 1, err))) goto done;
+    if (g->d) {
+        if ((rc = ink_drafter_prepare(g->d, n_ctx, err))) goto done;
+        ink_drafter_reset(g->d);
+    }
+    ink_session_reset(s);
+    memcpy(g->seq, prompt, (size_t)P * sizeof *prompt);
+
+    /* prefill and the first token */
+    double t0 = now_s();
+    int compat = g->d && g->mode == INK_MTP_COMPAT;
+    ink_eval_out eo = {.logits = g->logits};
+    if (g->d) {
+        if (compat) eo.hidden_prenorm = g->hist;
+        else eo.hidden_postnorm = g->hist;
+    }
+    if ((rc = ink_session_eval(s, prompt, P, &eo, err))) goto done;
+    double t1 = now_s();
+    st->prefill_s = t1 - t0;
+    int stop = o->max_tokens == 0, n = P;
+    if (!stop) {
+        g->seq[n] = pick(g, g->logits, NULL);
+        emit(g, g->seq[n], out, n_out, &stop);
+    }
+    if (!stop && compat && g->Mmax > 0) compat_update(g, 0, P);
+
+    while (!stop) {
+        if (o->cancel && *o->cancel) {
+            rc = ink_err_set(err, INK_E_CANCELLED, "generation cancelled");
+            break;
+        }
+        int budget = o->max_tokens - *n_out;
+        int k_eff = K < budget + 1 ? K : budget + 1;
+        if (k_eff > n_ctx - n) k_eff = n_ctx - n;
+        if (k_eff < 1) break; /* context full */
+        int M = g->d ? (compat ? k_eff - 1 : (k_eff - 1 < g->D ? k_eff - 1 : g->D)) : 0;
+        double ta = now_s();
+        if (M > 0) {
+            if (compat) draft_compat(g, n, M);
+            else draft_per_depth(g, n, M);
+        } else if (g->d && !compat && g->Mmax > 0) {
+            draft_per_depth(g, n, 0); /* keep the frontiers moving while drafting is clamped off */
+        }
+        double tb = now_s();
+        /* verify [x_n, d_1..d_M] from a snapshot */
+        int32_t vin[INK_MAX_DEPTH + 2];
+        vin[0] = g->seq[n];
+        for (int j = 0; j < M; j++) vin[j + 1] = g->drafts[j];
+        ink_session_save(s, g->snap);
+        ink_eval_out vo = {.logits = g->logits, .all_logits = 1};
+        if (g->d) {
+            if (compat) vo.hidden_prenorm = g->hist + (size_t)n * H;
+            else vo.hidden_postnorm = g->hist + (size_t)n * H;
+        }
+        if ((rc = ink_session_eval(s, vin, M + 1, &vo, err))) break;
+        double tc = now_s();
+        /* accept */
+        int a = 0;
+        int32_t bonus;
+        if (g->greedy) {
+            while (a < M && g->drafts[a] == ink_argmax(g->logits + (size_t)a * V, V)) a++;
+            bonus = ink_argmax(g->logits + (size_t)a * V, V);
+        } else {
+            for (;;) {
+                ink_sample_dist(&o->sampling, g->logits + (size_t)a * V, V, g->p, g->idx);
+                if (a == M) {
+                    bonus = ink_sample_draw(g->p, V, &g->rng);
+                    break;
+                }
+                int32_t dj = g->drafts[a];
+                const float *q = g->q + (size_t)a * V;
+                double u = ink_rng_uniform(&g->rng);
+                if (q[dj] > 0 && u * q[dj] <= g->p[dj]) {
+                    a++;
+                    continue;
+                }
+                /* residual max(0, p - q), renormalised; p itself if it underflows */
+                double mass = 0;
+                for (int i = 0; i < V; i++) {
+                    float r = g->p[i] - q[i];
+                    g->p[i] = r > 0 ? r : 0;
+                    mass += g->p[i];
+                }
+                if (mass > 0) {
+                    for (int i = 0; i < V; i++) g->p[i] = (float)(g->p[i] / mass);
+                    bonus = ink_sample_draw(g->p, V, &g->rng);
+                } else {
+                    ink_sample_dist(&o->sampling, g->logits + (size_t)a * V, V, g->p, g->idx);
+                    bonus = ink_sample_draw(g->p, V, &g->rng);
+                }
+                break;
+            }
+        }
+        /* emit d_1..d_a, bonus (cut by budget and stop rules) */
+        int e = 0, bonus_emitted = 0;
+        for (int j = 0; j < a && !stop; j++) emit(g, g->drafts[j], out, n_out, &stop), g->emitted[e++] = g->drafts[j];
+        if (!stop) emit(g, bonus, out, n_out, &stop), g->emitted[e++] = bonus, bonus_emitted = 1;
+        /* keep the inputs of the emitted tokens: x_n and the first e-1 of them */
+        if (e < M + 1) {
+            if (o->capture_commit) rc = ink_session_commit(s, g->snap, e, err);
+            else if (!(rc = ink_session_restore(s, g->snap, err))) rc = ink_session_eval(s, vin, e, NULL, err);
+            if (rc) break;
+        }
+        for (int j = 0; j < e; j++) g->seq[n + 1 + j] = g->emitted[j];
+        if (M > 0 && compat && !stop) {
+            ink_layer_cache_load(&g->d->d[0].cache, g->d->d[0].conv_save);
+            for (int b = 1; b < g->D; b++) ink_layer_cache_clear(&g->d->d[b].cache);
+            compat_update(g, n, e);
+        }
+        double td = now_s();
+        if (M > 0) {
+            st->rounds++, st->drafted += M, st->accepted += a, st->round_emitted += e;
+            if (k_eff < st->k_min) st->k_min = k_eff;
+            if (k_eff > st->k_max) st->k_max = k_eff;
+            if (a == 0) st->zero_accept++;
+            else if (a < M) st->partial_accept++;
+            else st->full_accept++;
+            for (int j = 0; j < M && j < INK_MAX_DEPTH; j++) st->pos_proposed[j]++, st->pos_accepted[j] += a > j;
+            st->draft_s += tb - ta, st->verify_s += tc - tb, st->rollback_s += td - tc;
+            if (o->on_round) {
+                ink_round r = {st->rounds - 1, n, k_eff, M, g->drafts, g->blocks, g->margins, a, e, g->emitted, bonus,
+                               bonus_emitted};
+                o->on_round(o->ud, &r);
+            }
+        }
+        n += e;
+    }
+    st->decode_s = now_s() - t1;
+    st->generated_tokens = *n_out;
+    if (st->k_min == INT32_MAX) st->k_min = 0;
+done:
+    if (o->capture_commit) ink_session_set_capture(s, 0, NULL);
+    free_gen(g);
+    return rc;
+}

@@ -1,0 +1,173 @@
+/* mtp.c — MTP drafter loading and block forward (see mtp.h; tensor names in mtp.md §4.1). */
+#include "spec/mtp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK 64
+
+static int starts(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+
+void ink_drafter_free(ink_drafter *d)
+{
+    if (!d) return;
+    for (int m = 0; m < INK_MAX_DEPTH; m++) {
+        ink_layer_cache_free(&d->d[m].cache);
+        free(d->d[m].conv_save);
+    }
+    ink_scratch_free(&d->sc);
+    free(d->in2);
+    free(d->tmp);
+    if (d->dm) {
+        d->dm->pool = NULL; /* borrowed from the target */
+        ink_model_free(d->dm);
+    }
+    free(d);
+}
+
+int ink_drafter_n_depth(const ink_drafter *d) { return d->D; }
+
+int ink_drafter_open(ink_drafter **out, ink_model *target, const char *dir, ink_err *err)
+{
+    ink_drafter *d = calloc(1, sizeof *d);
+    int rc;
+    if (!d) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    d->target = target;
+    if (!(d->dm = calloc(1, sizeof *d->dm))) {
+        rc = ink_err_set(err, INK_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if ((rc = ink_config_load(&d->dm->cfg, path, err))) goto fail;
+    if ((rc = ink_tdir_open(&d->dm->td, dir, INK_TDIR_MTP, err))) goto fail;
+    const ink_config *c = &d->dm->cfg, *tc = &target->cfg;
+    int blocks = 0;
+    for (int i = 0; i < d->dm->td.n; i++) {
+        const char *n = d->dm->td.refs[i].name;
+        const char *q = starts(n, "model.mtp.layers.") ? n + 17 : starts(n, "mtp.layers.") ? n + 11 : NULL;
+        if (q && atoi(q) + 1 > blocks) blocks = atoi(q) + 1;
+    }
+    if (!blocks) {
+        rc = ink_err_set(err, INK_E_FORMAT, "%s: not an MTP drafter: the directory has no model.mtp.layers.* tensors%s",
+                         dir, c->has_mtp_config ? " (config.json has mtp_config, but a config flag alone is not a drafter)" : "");
+        goto fail;
+    }
+    d->D = c->mtp_depth;
+    if (d->D < 1 || d->D > INK_MAX_DEPTH) {
+        rc = ink_err_set(err, INK_E_FORMAT,
+                         "%s/config.json: mtp_config.num_nextn_predict_layers (or text_config.num_mtp_layers) must be 1..%d, found %d",
+                         dir, INK_MAX_DEPTH, d->D);
+        goto fail;
+    }
+    if (blocks < d->D) {
+        rc = ink_err_set(err, INK_E_FORMAT, "%s: config.json declares %d MTP depths but tensors exist for %d", dir, d->D,
+                         blocks);
+        goto fail;
+    }
+    for (int i = 0; i < c->mtp_n_local; i++)
+        if (c->mtp_local[i] >= d->D) {
+            rc = ink_err_set(err, INK_E_FORMAT, "%s/config.json: mtp_config.local_layer_ids holds %d, but there are only %d depths",
+                             dir, c->mtp_local[i], d->D);
+            goto fail;
+        }
+    if (c->hidden != tc->hidden || c->vocab != tc->vocab || c->vocab_unpadded != tc->vocab_unpadded)
+        {
+        rc = ink_err_set(err, INK_E_INVAL,
+                         "drafter %s does not fit the target: hidden %d vs %d, vocab %d vs %d, unpadded vocab %d vs %d",
+                         dir, c->hidden, tc->hidden, c->vocab, tc->vocab, c->vocab_unpadded, tc->vocab_unpadded);
+        goto fail;
+    }
+    int H = c->hidden;
+    for (int m = 0; m < d->D; m++) {
+        ink_depth *p = &d->d[m];
+        char pre[128], name[192];
+        p->cfg = ink_config_mtp_layer(c, m);
+        snprintf(name, sizeof name, "model.mtp.layers.%d.embed_norm.weight", m);
+        if ((rc = ink_bind_vec(d->dm, &d->dm->td, name, H, &p->embed_norm, err))) goto fail;
+        snprintf(name, sizeof name, "model.mtp.layers.%d.hidden_norm.weight", m);
+        if ((rc = ink_bind_vec(d->dm, &d->dm->td, name, H, &p->hidden_norm, err))) goto fail;
+        snprintf(name, sizeof name, "model.mtp.layers.%d.input_proj.weight", m);
+        if ((rc = ink_bind_mat(d->dm, &d->dm->td, name, H, 2 * H, &p->input_proj, err))) goto fail;
+        snprintf(pre, sizeof pre, "model.mtp.layers.%d.transformer_block.", m);
+        if ((rc = ink_bind_layer(d->dm, &d->dm->td, pre, &p->cfg, &p->block, err))) goto fail;
+    }
+    if (c->mtp_chain_post_norm && ink_tdir_find(&d->dm->td, "model.mtp.chain_norm.weight"))
+        if ((rc = ink_bind_vec(d->dm, &d->dm->td, "model.mtp.chain_norm.weight", H, &d->chain_norm, err))) goto fail;
+    d->dm->pool = target->pool;
+    *out = d;
+    return INK_OK;
+fail:
+    ink_drafter_free(d);
+    return rc;
+}
+
+int ink_drafter_prepare(ink_drafter *d, int n_ctx, ink_err *err)
+{
+    if (d->n_ctx == n_ctx) return INK_OK;
+    for (int m = 0; m < d->D; m++) {
+        ink_layer_cache_free(&d->d[m].cache);
+        free(d->d[m].conv_save);
+        d->d[m].conv_save = NULL;
+    }
+    ink_scratch_free(&d->sc);
+    free(d->in2), free(d->tmp);
+    d->in2 = d->tmp = NULL;
+    d->n_ctx = 0;
+    int H = d->dm->cfg.hidden, rc;
+    for (int m = 0; m < d->D; m++) {
+        ink_depth *p = &d->d[m];
+        if ((rc = ink_layer_cache_init(&p->cache, d->dm, &p->cfg, ink_layer_kv_cap(&p->cfg, n_ctx, CHUNK), err)))
+            return rc;
+        if (!(p->conv_save = malloc(ink_layer_cache_conv_floats(&p->cache) * sizeof(float) + 1)))
+            return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    }
+    if ((rc = ink_scratch_init(&d->sc, d->dm, CHUNK, n_ctx, err))) return rc;
+    d->in2 = malloc((size_t)CHUNK * 2 * H * sizeof(float));
+    d->tmp = malloc((size_t)CHUNK * H * sizeof(float));
+    if (!d->in2 || !d->tmp) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    d->n_ctx = n_ctx;
+    return INK_OK;
+}
+
+void ink_drafter_reset(ink_drafter *d)
+{
+    for (int m = 0; m < d->D; m++) ink_layer_cache_clear(&d->d[m].cache);
+}
+
+void ink_depth_forward(ink_drafter *d, int m, const float *h, const int32_t *tok, int T, int pos0, int normed_embed,
+                       float *out)
+{
+    const ink_model *tm = d->target;
+    ink_depth *p = &d->d[m];
+    int H = d->dm->cfg.hidden;
+    float eps = d->dm->cfg.eps;
+    for (int t0 = 0; t0 < T; t0 += CHUNK) {
+        int n = T - t0 < CHUNK ? T - t0 : CHUNK;
+        for (int t = 0; t < n; t++) {
+            float *hid = d->in2 + (size_t)t * 2 * H, *emb = hid + H;
+            ink_rmsnorm(hid, h + (size_t)(t0 + t) * H, p->hidden_norm, H, eps);
+            ink_mat_row(&tm->embed, tok[t0 + t], emb);
+            if (normed_embed) ink_rmsnorm(emb, emb, tm->embed_norm, H, tm->cfg.eps);
+            ink_rmsnorm(emb, emb, p->embed_norm, H, eps);
+        }
+        float *o = out + (size_t)t0 * H;
+        ink_matmul(d->dm->pool, &p->input_proj, d->in2, 2 * H, n, o, H);
+        ink_layer_forward(d->dm, &p->block, &p->cache, pos0 + t0, o, n, &d->sc);
+        if (d->chain_norm)
+            for (int t = 0; t < n; t++) ink_rmsnorm(o + (size_t)t * H, o + (size_t)t * H, d->chain_norm, H, eps);
+    }
+}
+
+void ink_draft_logits(const ink_drafter *d, const float *u, int final_norm, float *logits, float *tmp)
+{
+    const ink_model *tm = d->target;
+    int H = tm->cfg.hidden;
+    const float *x = u;
+    if (final_norm) {
+        ink_rmsnorm(tmp, u, tm->norm, H, tm->cfg.eps);
+        x = tmp;
+    }
+    ink_lm_head(tm, x, 1, logits, tmp + H);
+}
