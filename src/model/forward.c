@@ -49,6 +49,7 @@ void ink_layer_cache_free(ink_layer_cache *c)
 
 void ink_layer_cache_clear(ink_layer_cache *c)
 {
+    c->start = 0;
     for (int i = 0; i < 4; i++) memset(c->conv[i], 0, (size_t)c->conv_n[i] * sizeof(float));
 }
 
@@ -173,7 +174,7 @@ static void attn_task(void *arg, int ith, int nth)
     for (int pi = p0; pi < p1; pi++) {
         int t = pi / nh, h = pi % nh, kh = h / g;
         int p = a->pos0 + t;
-        int lo = l->sliding ? imax(0, p - l->window + 1) : 0;
+        int lo = imax(a->c->start, l->sliding ? p - l->window + 1 : 0);
         float tau = l->log_scale ? ink_tau(p, cfg->log_floor, cfg->log_alpha) : 1.0f;
         const float *q = a->s->q + (size_t)t * nh * d + (size_t)h * d;
         for (int i = 0; i < d; i++) qt[i] = tau * q[i];

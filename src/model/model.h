@@ -64,6 +64,7 @@ typedef struct ink_layer_cache {
     int conv_n[4];                 /* floats in each conv state */
     float *capt[4];                /* NULL, or [chunk][C_i]: raw conv inputs of the latest forward */
     int cap_rows;                  /* rows captured by the latest forward */
+    int start;                     /* first position this cache holds (keys below it do not exist) */
 } ink_layer_cache;
 
 /* Scratch for ink_layer_forward over up to `chunk` rows. One allocation; owned by the caller. */

@@ -1,0 +1,452 @@
+/* test_mtp.c — the MTP drafter and the speculative loop: golden block outputs and traces (exact),
+ * the greedy invariant for every K in both modes, exact rollback (restore + replay and
+ * capture-and-commit, bitwise), drafter detection by tensors, shard selection, and losslessness of
+ * speculative sampling (chi-square). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "model/model.h"
+#include "sample/sampler.h"
+#include "spec/mtp.h"
+#include "support/ckpt.h"
+#include "support/npy.h"
+#include "support/util.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MOE "tests/data/golden/tiny-moe"
+
+static ink_model *open_dir(const char *dir, int threads)
+{
+    ink_model *m = NULL;
+    ink_err e = {0};
+    ink_model_opts o = {threads};
+    if (ink_model_open(&m, dir, &o, &e)) fprintf(stderr, "open %s: %s\n", dir, e.msg);
+    return m;
+}
+
+static ink_drafter *open_drafter(ink_model *m, const char *dir)
+{
+    ink_drafter *d = NULL;
+    ink_err e = {0};
+    if (ink_drafter_open(&d, m, dir, &e)) fprintf(stderr, "drafter %s: %s\n", dir, e.msg);
+    return d;
+}
+
+static void prompt(int32_t *ids, int T, int V, uint64_t seed)
+{
+    for (int t = 0; t < T; t++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        ids[t] = (int32_t)((seed >> 33) % (uint64_t)V);
+    }
+}
+
+/* Runs ink_generate; returns the number of tokens. */
+static int gen(ink_session *s, const int32_t *p, int P, ink_drafter *d, int K, int mode, int capture, float temp,
+               uint64_t seed, int max, int stop_eos, int eos, int32_t *out, ink_gen_stats *st)
+{
+    ink_gen_opts o = {0};
+    o.max_tokens = max, o.stop_eos = stop_eos, o.eos = eos;
+    o.sampling = (ink_sampling){temp, 0, 1.0f, 0.0f, seed};
+    o.drafter = d, o.block_size = K, o.mtp_mode = mode, o.capture_commit = capture;
+    int n = 0;
+    ink_err e = {0};
+    int rc = ink_generate(s, p, P, &o, out, max, &n, st, &e);
+    if (rc) fprintf(stderr, "generate: %s\n", e.msg);
+    assert_int_equal(rc, 0);
+    return n;
+}
+
+/* ---- golden ----------------------------------------------------------------------------- */
+
+static void test_block_config_marks_local_ids_sliding_and_dense(void **state)
+{
+    (void)state;
+    ink_model *m = open_dir(MOE, 1);
+    ink_drafter *d = open_drafter(m, MOE);
+    assert_non_null(d);
+    assert_int_equal(ink_drafter_n_depth(d), 2);
+    assert_int_equal(d->d[0].cfg.sliding, 1); /* mtp_config.local_layer_ids = [0] */
+    assert_int_equal(d->d[0].cfg.rel_extent, 8);
+    assert_int_equal(d->d[1].cfg.sliding, 0);
+    assert_int_equal(d->d[1].cfg.rel_extent, 16);
+    assert_int_equal(d->d[1].cfg.log_scale, 1);
+    for (int k = 0; k < 2; k++) assert_int_equal(d->d[k].cfg.moe, 0);
+    assert_int_equal(d->d[0].block.inter, 128); /* dense width */
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
+/* Block outputs and logits vs the reference's generic MtpModel (golden README "MTP"): its position
+ * convention (queries at slot + depth + 1) is reproduced by passing pos0 = depth + 1. Tolerance as
+ * for hidden states and logits: 1e-4 x max(1, max|ref|). */
+static void check_mtp_variant(const char *variant)
+{
+    ink_model *m = open_dir(MOE, 2);
+    ink_drafter *d = open_drafter(m, MOE);
+    assert_non_null(d);
+    ink_err e = {0};
+    assert_int_equal(ink_drafter_prepare(d, 64, &e), 0);
+    ink_drafter_reset(d);
+    char p[256];
+    npy ids, hid, lg, pr;
+    snprintf(p, sizeof p, MOE "/mtp_%s_input_ids.npy", variant);
+    assert_int_equal(npy_load(p, &ids), 0);
+    snprintf(p, sizeof p, MOE "/mtp_%s_output_hidden.npy", variant);
+    assert_int_equal(npy_load(p, &hid), 0);
+    snprintf(p, sizeof p, MOE "/mtp_%s_logits.npy", variant);
+    assert_int_equal(npy_load(p, &lg), 0);
+    snprintf(p, sizeof p, MOE "/prompt_ids.npy");
+    assert_int_equal(npy_load(p, &pr), 0);
+    int D = (int)ids.shape[0], n = (int)ids.shape[1], H = ink_model_n_embd(m), V = ink_model_n_vocab(m);
+    /* backbone hidden of the prompt */
+    float *bh = malloc((size_t)pr.n * H * 4), *in = malloc((size_t)n * H * 4), *out = malloc((size_t)n * H * 4);
+    float *logits = malloc((size_t)V * 4), *tmp = malloc((size_t)3 * H * 4);
+    ink_session *s;
+    assert_int_equal(ink_session_create(&s, m, 0, &e), 0);
+    ink_eval_out o = {0};
+    if (!strcmp(variant, "postnorm")) o.hidden_postnorm = bh;
+    else o.hidden_prenorm = bh;
+    assert_int_equal(ink_session_eval(s, pr.i, (int)pr.n, &o, &e), 0);
+    memcpy(in, bh, (size_t)n * H * 4);
+    float worst_h = 0, worst_l = 0;
+    for (int k = 0; k < D; k++) {
+        d->d[k].cache.start = k + 1; /* a fresh cache whose first row sits at position k + 1 */
+        ink_depth_forward(d, k, in, ids.i + (size_t)k * n, n, k + 1, 1, out);
+        float mref, dh = tu_max_abs_diff(out, hid.f + (size_t)k * n * H, (size_t)n * H, &mref);
+        assert_true(dh <= 1e-4f * fmaxf(1, mref));
+        if (dh > worst_h) worst_h = dh;
+        for (int t = 0; t < n; t++) {
+            ink_draft_logits(d, out + (size_t)t * H, 0, logits, tmp);
+            float lref, dl = tu_max_abs_diff(logits, lg.f + ((size_t)k * n + t) * V, (size_t)V, &lref);
+            assert_true(dl <= 1e-4f * fmaxf(1, lref));
+            if (dl > worst_l) worst_l = dl;
+        }
+        memcpy(in, out, (size_t)n * H * 4);
+    }
+    printf("  mtp %s: max |err| hidden %.3g, logits %.3g\n", variant, worst_h, worst_l);
+    ink_session_free(s);
+    free(bh), free(in), free(out), free(logits), free(tmp);
+    npy_free(&ids), npy_free(&hid), npy_free(&lg), npy_free(&pr);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
+static void test_mtp_block_outputs_vs_golden(void **state)
+{
+    (void)state;
+    check_mtp_variant("postnorm");
+    check_mtp_variant("prenorm");
+}
+
+/* The CLI's --trace output equals the golden traces (both modes, K 3 and 4, the real and the
+ * fitted head, both rollback methods): every round's n, K_eff, drafts, blocks, a, emitted, bonus. */
+static void compare_trace(const char *mine, const char *ref)
+{
+    FILE *a = fopen(mine, "r"), *b = fopen(ref, "r");
+    assert_non_null(a);
+    assert_non_null(b);
+    char la[4096], lb[4096];
+    int rounds = 0;
+    const char *keys[] = {"round", "n", "K_eff", "drafts", "draft_blocks", "a", "emitted", "bonus", "bonus_emitted"};
+    for (;;) {
+        char *ra = fgets(la, sizeof la, a), *rb = fgets(lb, sizeof lb, b);
+        assert_true((ra == NULL) == (rb == NULL));
+        if (!ra) break;
+        json_t *ja = json_loads(la, 0, NULL), *jb = json_loads(lb, 0, NULL);
+        assert_non_null(ja);
+        assert_non_null(jb);
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            int eq = json_equal(json_object_get(ja, keys[k]), json_object_get(jb, keys[k]));
+            if (!eq) fprintf(stderr, "%s round %d: key %s differs\n", mine, rounds, keys[k]);
+            assert_true(eq);
+        }
+        json_decref(ja), json_decref(jb);
+        rounds++;
+    }
+    assert_true(rounds > 10);
+    fclose(a), fclose(b);
+}
+
+static void test_traces_equal_golden(void **state)
+{
+    (void)state;
+    npy pr;
+    assert_int_equal(npy_load(MOE "/prompt_ids.npy", &pr), 0);
+    char ids[2048] = "", dir[256], cmd[4096], out[4096], err[4096], mine[512], ref[512];
+    for (int i = 0; i < pr.n; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", pr.i[i]);
+    assert_int_equal(tu_tmpdir(dir, sizeof dir, "trace"), 0);
+    const char *heads[2] = {"", "/drafter-fit"}, *modes[2] = {"per-depth", "compat"}, *names[2] = {"modeP", "compatX"};
+    for (int h = 0; h < 2; h++)
+        for (int md = 0; md < 2; md++)
+            for (int K = 3; K <= 4; K++)
+                for (int cc = 0; cc < 2; cc++) {
+                    snprintf(mine, sizeof mine, "%s/t.jsonl", dir);
+                    snprintf(cmd, sizeof cmd,
+                             "%s generate -m " MOE " --prompt-ids %s -n 40 --temp 0 --ids --draft-kind mtp "
+                             "--draft-model " MOE "%s --mtp-mode %s --draft-block-size %d --trace %s %s",
+                             tu_bin(), ids, heads[h], modes[md], K, mine, cc ? "--capture-commit" : "");
+                    assert_int_equal(tu_run(cmd, out, sizeof out, err, sizeof err), 0);
+                    snprintf(ref, sizeof ref, MOE "/traces%s/%s_K%d.jsonl", h ? "/drafter-fit" : "", names[md], K);
+                    compare_trace(mine, ref);
+                }
+    npy_free(&pr);
+}
+
+/* ---- invariants on tiny random models ------------------------------------------------- */
+
+static ink_model *random_target(tiny_spec *sp, char *dir, size_t n)
+{
+    if (tu_tmpdir(dir, n, "mtp") || tiny_write(dir, sp)) return NULL;
+    return open_dir(dir, 2);
+}
+
+/* Greedy output with speculation == plain greedy, for K = 1 .. D+2 (and beyond D+2), both modes,
+ * both rollback methods, on a 3-depth head with one sliding and two global depths, a prompt longer
+ * than the window and one shorter than D. The drafter is random, so rounds are mostly rejections;
+ * the fitted golden head above covers multi-token accepts. */
+static void test_greedy_invariant_with_speculation(void **state)
+{
+    (void)state;
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.mtp_depth = 3, sp.n_mtp_local = 1, sp.mtp_local[0] = 1, sp.mtp_file = 1;
+    char dir[256];
+    ink_model *m = random_target(&sp, dir, sizeof dir);
+    assert_non_null(m);
+    ink_drafter *d = open_drafter(m, dir);
+    assert_non_null(d);
+    ink_err e = {0};
+    ink_session *s;
+    assert_int_equal(ink_session_create(&s, m, 256, &e), 0);
+    int32_t p[30], plain[64], spec[64];
+    int lens[2] = {30, 2};
+    for (int L = 0; L < 2; L++) {
+        prompt(p, lens[L], 120, 77 + L);
+        int np = gen(s, p, lens[L], NULL, 0, 0, 0, 0, 0, 48, 0, -1, plain, NULL);
+        assert_int_equal(np, 48);
+        for (int mode = 0; mode < 2; mode++)
+            for (int K = 1; K <= 7; K++)
+                for (int cc = 0; cc < 2; cc++) {
+                    ink_gen_stats st;
+                    int ns = gen(s, p, lens[L], d, K, mode, cc, 0, 0, 48, 0, -1, spec, &st);
+                    assert_int_equal(ns, 48);
+                    assert_memory_equal(spec, plain, 48 * sizeof(int32_t));
+                    if (K > 1) assert_true(st.rounds > 0 && st.drafted > 0);
+                }
+    }
+    ink_session_free(s);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
+/* Verify K = 4, accept 1, roll back, decode 3 more: every conv state and attendable KV row equals a
+ * session that never speculated, bitwise, for restore + replay and for capture-and-commit. */
+static void test_rollback_replay_restores_conv_and_kv_exactly(void **state)
+{
+    (void)state;
+    tiny_spec sp;
+    tiny_default(&sp);
+    char dir[256];
+    ink_model *m = random_target(&sp, dir, sizeof dir);
+    assert_non_null(m);
+    ink_err e = {0};
+    int32_t p[20], verify[4], more[3];
+    prompt(p, 20, 120, 4);
+    prompt(verify, 4, 120, 5);
+    prompt(more, 3, 120, 6);
+    for (int method = 0; method < 2; method++) {
+        ink_session *a, *b;
+        ink_snapshot *snap;
+        assert_int_equal(ink_session_create(&a, m, 128, &e), 0);
+        assert_int_equal(ink_session_create(&b, m, 128, &e), 0);
+        assert_int_equal(ink_snapshot_create(&snap, a, &e), 0);
+        if (method) assert_int_equal(ink_session_set_capture(a, 1, &e), 0);
+        assert_int_equal(ink_session_eval(a, p, 20, NULL, &e), 0);
+        ink_session_save(a, snap);
+        assert_int_equal(ink_session_eval(a, verify, 4, NULL, &e), 0); /* x_n, d1, d2, d3 */
+        /* accept 1 draft: keep x_n and d1 */
+        if (method) assert_int_equal(ink_session_commit(a, snap, 2, &e), 0);
+        else {
+            assert_int_equal(ink_session_restore(a, snap, &e), 0);
+            assert_int_equal(ink_session_eval(a, verify, 2, NULL, &e), 0);
+        }
+        assert_int_equal(ink_session_eval(a, more, 3, NULL, &e), 0);
+        assert_int_equal(ink_session_eval(b, p, 20, NULL, &e), 0);
+        assert_int_equal(ink_session_eval(b, verify, 2, NULL, &e), 0);
+        assert_int_equal(ink_session_eval(b, more, 3, NULL, &e), 0);
+        char why[128];
+        int diff = ink_session_compare(a, b, why, sizeof why);
+        if (diff) fprintf(stderr, "method %d: %s\n", method, why);
+        assert_int_equal(diff, 0);
+        ink_session_free(a), ink_session_free(b);
+        ink_snapshot_free(snap);
+    }
+    ink_model_free(m);
+}
+
+/* EOS inside an accepted block stops there; max_tokens mid-block is honoured. With the fitted head,
+ * rounds accept several drafts; pick the EOS as the 9th greedy token. */
+static void test_eos_and_budget_inside_blocks(void **state)
+{
+    (void)state;
+    ink_model *m = open_dir(MOE, 1);
+    ink_drafter *d = open_drafter(m, MOE "/drafter-fit");
+    assert_non_null(d);
+    npy pr;
+    assert_int_equal(npy_load(MOE "/prompt_ids.npy", &pr), 0);
+    ink_err e = {0};
+    ink_session *s;
+    assert_int_equal(ink_session_create(&s, m, 0, &e), 0);
+    int32_t plain[40], spec[40];
+    gen(s, pr.i, (int)pr.n, NULL, 0, 0, 0, 0, 0, 40, 0, -1, plain, NULL);
+    for (int stop_at = 1; stop_at < 20; stop_at++) {
+        int eos = plain[stop_at];
+        int first = 0;
+        while (plain[first] != eos) first++;
+        for (int mode = 0; mode < 2; mode++) {
+            int n = gen(s, pr.i, (int)pr.n, d, 4, mode, 0, 0, 0, 40, 1, eos, spec, NULL);
+            assert_int_equal(n, first + 1);
+            assert_memory_equal(spec, plain, (size_t)n * 4);
+        }
+        int n = gen(s, pr.i, (int)pr.n, d, 4, 0, 0, 0, 0, stop_at, 0, -1, spec, NULL);
+        assert_int_equal(n, stop_at);
+        assert_memory_equal(spec, plain, (size_t)n * 4);
+    }
+    ink_session_free(s);
+    npy_free(&pr);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
+/* A directory with mtp_config but no model.mtp.* tensors is not a drafter; the error says so. A
+ * sharded full checkpoint gives its drafter from the MTP shard alone (the others are corrupted). */
+static void test_load_drafter_detects_mtp_tensors_not_config_flag(void **state)
+{
+    (void)state;
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.mtp_depth = 2; /* config says 2 depths ... */
+    char dir[256], p[400];
+    assert_int_equal(tu_tmpdir(dir, sizeof dir, "noflag"), 0);
+    tiny_spec w = sp;
+    w.mtp_depth = 0; /* ... but no tensors are written */
+    assert_int_equal(tiny_write(dir, &w), 0);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_t *root = json_load_file(p, 0, NULL);
+    json_object_set_new(root, "mtp_config", json_pack("{s:i,s:[i]}", "num_nextn_predict_layers", 2, "local_layer_ids", 0));
+    json_dump_file(root, p, 0);
+    json_decref(root);
+    ink_model *m = open_dir(dir, 1);
+    assert_non_null(m);
+    ink_drafter *d = NULL;
+    ink_err e = {0};
+    assert_int_equal(ink_drafter_open(&d, m, dir, &e), INK_E_FORMAT);
+    assert_non_null(strstr(e.msg, "no model.mtp.layers.* tensors"));
+    assert_non_null(strstr(e.msg, "config flag alone"));
+    ink_model_free(m);
+    /* sharded checkpoint, MTP tensors inside shard 2 (indexed): the drafter opens only that shard */
+    sp.n_shards = 2, sp.n_mtp_local = 1, sp.mtp_file = 0;
+    assert_int_equal(tu_tmpdir(dir, sizeof dir, "shard"), 0);
+    assert_int_equal(tiny_write(dir, &sp), 0);
+    m = open_dir(dir, 1);
+    assert_non_null(m);
+    snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", dir);
+    FILE *f = fopen(p, "w");
+    fputs("not a safetensors file", f);
+    fclose(f);
+    memset(&e, 0, sizeof e);
+    assert_int_equal(ink_drafter_open(&d, m, dir, &e), INK_OK);
+    assert_int_equal(d->dm->td.n_files, 1);
+    assert_int_equal(ink_drafter_n_depth(d), 2);
+    ink_drafter_free(d);
+    /* a drafter for another target shape is refused clearly */
+    tiny_spec other = sp;
+    other.hidden = 32, other.n_shards = 1, other.mtp_file = 1;
+    assert_int_equal(tu_tmpdir(dir, sizeof dir, "other"), 0);
+    assert_int_equal(tiny_write(dir, &other), 0);
+    memset(&e, 0, sizeof e);
+    assert_int_equal(ink_drafter_open(&d, m, dir, &e), INK_E_INVAL);
+    assert_non_null(strstr(e.msg, "does not fit the target: hidden 32 vs 64"));
+    ink_model_free(m);
+}
+
+/* Lossless speculative sampling: the first sampled tokens (positions 2 and 3, i.e. produced by
+ * verify rounds) have the same distribution with and without MTP. Chi-square over the tokens with
+ * expected count >= 5 (others pooled); 4000 seeded runs each; the test fails only if the statistic
+ * exceeds the 0.999 quantile (df <= 60: chi2 < 2.4 df + 15 bounds it), so a correct implementation
+ * fails it with probability about 1e-3 and the fixed seeds make the outcome deterministic. A biased
+ * rule ("accept if the draft equals the target's sample") would move the distribution far more. */
+static void test_speculative_sampling_matches_plain(void **state)
+{
+    (void)state;
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.vocab = 40, sp.vocab_unpadded = 32, sp.mtp_depth = 2, sp.n_mtp_local = 1, sp.mtp_file = 1, sp.wscale = 0.05f;
+    char dir[256];
+    ink_model *m = random_target(&sp, dir, sizeof dir);
+    assert_non_null(m);
+    ink_drafter *d = open_drafter(m, dir);
+    ink_err e = {0};
+    ink_session *s;
+    assert_int_equal(ink_session_create(&s, m, 64, &e), 0);
+    int32_t p[6] = {1, 5, 9, 3, 7, 2}, out[4];
+    enum { RUNS = 4000, V = 32 };
+    for (int pos = 1; pos <= 2; pos++) {
+        int ca[V] = {0}, cb[V] = {0};
+        int accepted = 0;
+        for (int r = 0; r < RUNS; r++) {
+            gen(s, p, 6, NULL, 0, 0, 0, 1.5f, 1000 + r, pos + 1, 0, -1, out, NULL);
+            ca[out[pos]]++;
+            ink_gen_stats st;
+            gen(s, p, 6, d, 3, r % 2, 0, 1.5f, 500000 + r, pos + 1, 0, -1, out, &st);
+            cb[out[pos]]++;
+            accepted += st.accepted;
+        }
+        double chi = 0, pa = 0, pb = 0;
+        int df = -1;
+        for (int v = 0; v < V; v++) {
+            if (ca[v] + cb[v] < 10) {
+                pa += ca[v], pb += cb[v];
+                continue;
+            }
+            double ex = (ca[v] + cb[v]) / 2.0;
+            chi += (ca[v] - ex) * (ca[v] - ex) / ex + (cb[v] - ex) * (cb[v] - ex) / ex;
+            df++;
+        }
+        if (pa + pb >= 10) {
+            double ex = (pa + pb) / 2;
+            chi += (pa - ex) * (pa - ex) / ex + (pb - ex) * (pb - ex) / ex;
+            df++;
+        }
+        printf("  position %d: chi2 %.2f with %d degrees of freedom, %d drafts accepted\n", pos, chi, df, accepted);
+        assert_true(df >= 5);
+        assert_true(accepted > RUNS / 20); /* the accept path is exercised */
+        assert_true(chi < 2.4 * df + 15);
+    }
+    ink_session_free(s);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_block_config_marks_local_ids_sliding_and_dense),
+        cmocka_unit_test(test_mtp_block_outputs_vs_golden),
+        cmocka_unit_test(test_traces_equal_golden),
+        cmocka_unit_test(test_greedy_invariant_with_speculation),
+        cmocka_unit_test(test_rollback_replay_restores_conv_and_kv_exactly),
+        cmocka_unit_test(test_eos_and_budget_inside_blocks),
+        cmocka_unit_test(test_load_drafter_detects_mtp_tensors_not_config_flag),
+        cmocka_unit_test(test_speculative_sampling_matches_plain),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
