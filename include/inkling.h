@@ -109,6 +109,9 @@ int ink_session_pos(const ink_session *s);         /* tokens consumed so far */
 int ink_session_n_ctx(const ink_session *s);
 size_t ink_session_state_bytes(const ink_session *s); /* KV + conv state bytes allocated */
 void ink_session_reset(ink_session *s);            /* back to position 0, empty state */
+/* The tokens consumed so far, by position: [ink_session_pos(s)] ids. Borrowed, valid until the next
+ * call that changes the session. */
+const int32_t *ink_session_tokens(const ink_session *s);
 
 /* Optional outputs of ink_session_eval. Every pointer may be NULL; buffers belong to the caller. */
 typedef struct ink_eval_out {
@@ -198,6 +201,8 @@ typedef struct ink_gen_opts {
     int block_size;            /* K: verify width (bonus + drafts); <= 0: depth + 2; 1: plain steps */
     int mtp_mode;              /* enum ink_mtp_mode */
     int capture_commit;        /* 1: rollback by capture-and-commit instead of restore + replay */
+    int reuse_prefix;          /* 1: when the prompt extends what the session has consumed (and the
+                                  drafter state matches), feed only the new tokens */
     void (*on_token)(void *ud, int32_t token);       /* each emitted token, in order */
     void (*on_round)(void *ud, const ink_round *r);  /* each speculative round */
     void *ud;
@@ -212,11 +217,12 @@ typedef struct ink_gen_stats {
     int zero_accept, partial_accept, full_accept;
     int n_pos;                               /* draft positions reported below */
     int pos_proposed[INK_MAX_DEPTH], pos_accepted[INK_MAX_DEPTH]; /* per draft position j (d_{j+1}) */
+    int reused_tokens;                       /* prompt tokens served from the session's state */
     double prefill_s, decode_s;              /* wall time of prefill and of everything after it */
     double draft_s, verify_s, rollback_s;    /* parts of decode_s */
 } ink_gen_stats;
 
-/* Resets `s`, feeds the prompt and generates up to opts->max_tokens tokens into out[0..out_cap).
+/* Feeds the prompt (all of it, after a reset, unless reuse_prefix applies) and generates up to opts->max_tokens tokens into out[0..out_cap).
  * With temperature 0 the output is the plain greedy output whatever the drafter does; with
  * temperature > 0 drafts are accepted by lossless speculative sampling. *n_out = tokens emitted. */
 int ink_generate(ink_session *s, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,

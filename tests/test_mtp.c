@@ -49,10 +49,13 @@ static void prompt(int32_t *ids, int T, int V, uint64_t seed)
 }
 
 /* Runs ink_generate; returns the number of tokens. */
+static int reuse_flag;
+
 static int gen(ink_session *s, const int32_t *p, int P, ink_drafter *d, int K, int mode, int capture, float temp,
                uint64_t seed, int max, int stop_eos, int eos, int32_t *out, ink_gen_stats *st)
 {
     ink_gen_opts o = {0};
+    o.reuse_prefix = reuse_flag;
     o.max_tokens = max, o.stop_eos = stop_eos, o.eos = eos;
     o.sampling = (ink_sampling){temp, 0, 1.0f, 0.0f, seed};
     o.drafter = d, o.block_size = K, o.mtp_mode = mode, o.capture_commit = capture;
@@ -436,6 +439,53 @@ static void test_speculative_sampling_matches_plain(void **state)
     ink_model_free(m);
 }
 
+/* Multi-turn prefix reuse: a second prompt that extends what the session consumed (prompt + the
+ * first reply + new tokens) is served from the session's state, and gives exactly the output of a
+ * fresh session, with and without MTP, in both modes, also after an EOS stop. */
+static void test_prefix_reuse_equals_fresh(void **state)
+{
+    (void)state;
+    ink_model *m = open_dir(MOE, 1);
+    ink_drafter *d = open_drafter(m, MOE "/drafter-fit");
+    npy pr;
+    assert_int_equal(npy_load(MOE "/prompt_ids.npy", &pr), 0);
+    ink_err e = {0};
+    ink_session *s, *f;
+    assert_int_equal(ink_session_create(&s, m, 0, &e), 0);
+    assert_int_equal(ink_session_create(&f, m, 0, &e), 0);
+    int32_t first[24], p2[128], a[30], b[30];
+    for (int variant = 0; variant < 4; variant++) {
+        ink_drafter *dd = variant == 0 ? NULL : d;
+        int mode = variant == 2 ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
+        int stop = variant == 3;
+        reuse_flag = 1;
+        int n1 = gen(s, pr.i, (int)pr.n, dd, 4, mode, 0, 0, 0, 24, stop, stop ? 232 : -1, first, NULL);
+        int P2 = 0;
+        for (int i = 0; i < pr.n; i++) p2[P2++] = pr.i[i];
+        for (int i = 0; i < n1; i++) p2[P2++] = first[i];
+        p2[P2++] = 7, p2[P2++] = 9, p2[P2++] = 11;
+        ink_gen_stats st;
+        int na = gen(s, p2, P2, dd, 4, mode, 0, 0, 0, 30, 0, -1, a, &st);
+        assert_int_equal(st.reused_tokens, (int)pr.n + n1 - 1);
+        reuse_flag = 0;
+        int nb = gen(f, p2, P2, dd, 4, mode, 0, 0, 0, 30, 0, -1, b, NULL);
+        assert_int_equal(na, nb);
+        assert_memory_equal(a, b, (size_t)na * 4);
+        char why[128];
+        assert_int_equal(ink_session_compare(s, f, why, sizeof why), 0);
+        /* a prompt that does not extend the session is recomputed from scratch */
+        reuse_flag = 1;
+        p2[5] = (p2[5] + 1) % 380;
+        gen(s, p2, P2, dd, 4, mode, 0, 0, 0, 5, 0, -1, a, &st);
+        assert_int_equal(st.reused_tokens, 0);
+    }
+    reuse_flag = 0;
+    ink_session_free(s), ink_session_free(f);
+    npy_free(&pr);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -447,6 +497,7 @@ int main(void)
         cmocka_unit_test(test_eos_and_budget_inside_blocks),
         cmocka_unit_test(test_load_drafter_detects_mtp_tensors_not_config_flag),
         cmocka_unit_test(test_speculative_sampling_matches_plain),
+        cmocka_unit_test(test_prefix_reuse_equals_fresh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -109,6 +109,9 @@ float ink_tau(int p, double n_floor, float alpha);
  * attend to). 0 if equal; otherwise 1 and a description in `why`. */
 int ink_session_compare(const ink_session *a, const ink_session *b, char *why, size_t n);
 
+/* A slot for state that higher layers keep per session (the generation loop's buffers, for
+ * prefix reuse); `destroy` is called on it by ink_session_free. */
+void **ink_session_ext(ink_session *s, void (*destroy)(void *));
 /* The model a session runs (borrowed). */
 ink_model *ink_session_model(const ink_session *s);
 

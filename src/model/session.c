@@ -20,6 +20,9 @@ struct ink_session {
     float *xn;            /* [chunk][H] final-normed rows */
     float *tmp;           /* [chunk][H] */
     int capture;          /* conv inputs are captured (ink_session_set_capture) */
+    int32_t *toks;        /* [n_ctx] the tokens consumed, by position */
+    void *ext;            /* generation state kept between ink_generate calls (prefix reuse) */
+    void (*ext_free)(void *);
 };
 
 struct ink_snapshot {
@@ -51,7 +54,8 @@ int ink_session_create(ink_session **out, ink_model *m, int n_ctx, ink_err *err)
     if ((rc = ink_scratch_init(&s->sc, m, INK_CHUNK, n_ctx, err))) goto fail;
     size_t hb = (size_t)INK_CHUNK * c->hidden * sizeof(float);
     s->x = malloc(hb), s->xn = malloc(hb), s->tmp = malloc(hb);
-    if (!s->x || !s->xn || !s->tmp) {
+    s->toks = malloc((size_t)n_ctx * sizeof *s->toks);
+    if (!s->x || !s->xn || !s->tmp || !s->toks) {
         rc = ink_err_set(err, INK_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -72,7 +76,17 @@ void ink_session_free(ink_session *s)
     free(s->x);
     free(s->xn);
     free(s->tmp);
+    free(s->toks);
+    if (s->ext_free) s->ext_free(s->ext);
     free(s);
+}
+
+const int32_t *ink_session_tokens(const ink_session *s) { return s->toks; }
+
+void **ink_session_ext(ink_session *s, void (*destroy)(void *))
+{
+    s->ext_free = destroy;
+    return &s->ext;
 }
 
 int ink_session_pos(const ink_session *s) { return s->pos; }
@@ -110,6 +124,7 @@ int ink_session_eval(ink_session *s, const int32_t *tokens, int T, ink_eval_out 
     if (!out) out = &none;
     for (int t0 = 0; t0 < T; t0 += s->sc.chunk) {
         int n = T - t0 < s->sc.chunk ? T - t0 : s->sc.chunk;
+        memcpy(s->toks + s->pos, tokens + t0, (size_t)n * sizeof *tokens);
         ink_embed(m, tokens + t0, n, s->x);
         if (out->embeddings) memcpy(out->embeddings + (size_t)t0 * H, s->x, (size_t)n * H * sizeof(float));
         for (int l = 0; l < L; l++) {

@@ -48,6 +48,10 @@ typedef struct gen {
     int32_t seed_tok;
     float seed_margin, *seed_q, *seed_h;
     ink_snapshot *snap;
+    /* allocation sizes and continuation state (kept in the session between calls) */
+    int a_ctx, a_V, a_H, a_D, a_K;
+    const ink_drafter *last_drafter;
+    int last_mode, valid, n_last;
 } gen;
 
 static float margin_of(const float *l, int n)
@@ -162,11 +166,69 @@ static void draft_compat(gen *g, int n, int M)
 
 /* ---- the loop ---------------------------------------------------------------------------- */
 
-static void free_gen(gen *g)
+static void free_bufs(gen *g)
 {
     free(g->seq), free(g->hist), free(g->bufA), free(g->bufB), free(g->saved_old), free(g->saved_new);
     free(g->logits), free(g->dlog), free(g->p), free(g->q), free(g->idx), free(g->tmp), free(g->seed_q), free(g->seed_h);
     ink_snapshot_free(g->snap);
+    g->seq = NULL, g->hist = g->bufA = g->bufB = g->saved_old = g->saved_new = NULL;
+    g->logits = g->dlog = g->p = g->q = g->tmp = g->seed_q = g->seed_h = NULL;
+    g->idx = NULL, g->snap = NULL;
+    g->a_ctx = 0, g->valid = 0;
+}
+
+static void free_gen(void *p)
+{
+    if (!p) return;
+    free_bufs(p);
+    free(p);
+}
+
+/* (Re)allocates the buffers for this call's sizes; keeps them (and the continuation) if they fit. */
+static int alloc_bufs(gen *g, ink_session *s, int n_ctx, ink_err *err)
+{
+    int V = g->V, H = g->H, K = g->K, D = g->D;
+    if (g->a_ctx == n_ctx && g->a_V == V && g->a_H == H && g->a_D >= D && g->a_K >= K) return INK_OK;
+    free_bufs(g);
+    if (K < 2) K = 2; /* room for a later call with a small K */
+    size_t hb = (size_t)H * sizeof(float);
+    int full = D > 0;
+    g->seq = malloc((size_t)(n_ctx + 1) * sizeof *g->seq);
+    g->logits = malloc((size_t)K * V * sizeof(float));
+    g->dlog = malloc((size_t)V * sizeof(float));
+    g->p = malloc((size_t)V * sizeof(float));
+    g->q = malloc((size_t)(K + 1) * V * sizeof(float));
+    g->idx = malloc((size_t)V * sizeof(int));
+    g->tmp = malloc(3 * hb);
+    g->hist = malloc(full ? (size_t)n_ctx * hb : hb);
+    g->bufA = malloc(full ? (size_t)n_ctx * hb : hb);
+    g->bufB = malloc(full ? (size_t)n_ctx * hb : hb);
+    g->saved_old = calloc((size_t)(D + 1), hb);
+    g->saved_new = calloc((size_t)(D + 1), hb);
+    g->seed_q = malloc((size_t)V * sizeof(float));
+    g->seed_h = malloc(hb);
+    if (!g->seq || !g->logits || !g->dlog || !g->p || !g->q || !g->idx || !g->tmp || !g->hist || !g->bufA || !g->bufB ||
+        !g->saved_old || !g->saved_new || !g->seed_q || !g->seed_h || ink_snapshot_create(&g->snap, s, err)) {
+        free_bufs(g);
+        return ink_err_set(err, INK_E_NOMEM, "out of memory for generation buffers");
+    }
+    g->a_ctx = n_ctx, g->a_V = V, g->a_H = H, g->a_D = D, g->a_K = K;
+    return INK_OK;
+}
+
+/* Can this call continue from the state the previous call left? (prefix reuse, see inkling.h) */
+static int can_continue(const gen *g, const ink_session *s, const int32_t *prompt, int P)
+{
+    int c = ink_session_pos(s);
+    if (!g->valid || c <= 0 || c >= P || g->last_drafter != g->d || (g->d && g->last_mode != g->mode)) return 0;
+    if (memcmp(ink_session_tokens(s), prompt, (size_t)c * sizeof *prompt)) return 0;
+    if (!g->d) return 1;
+    /* every token a drafter row consumed must still be in the new prompt: x_0 .. x_L-1 */
+    int L = c + 1; /* Compat-X block 0 holds rows 0 .. c-1 with tokens up to x_c */
+    if (g->mode == INK_MTP_PER_DEPTH)
+        for (int m = 0; m < g->D; m++)
+            if (g->F[m] + m + 1 > L) L = g->F[m] + m + 1;
+    return L <= P && L <= g->n_last + 1 && !memcmp(g->seq, prompt, (size_t)L * sizeof *prompt);
 }
 
 static int emit(gen *g, int32_t tok, int32_t *out, int *n_out, int *stop)
@@ -185,7 +247,9 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
     if (!st) st = &local;
     memset(st, 0, sizeof *st);
     *n_out = 0;
-    gen G = {0}, *g = &G;
+    void **slot = ink_session_ext(s, free_gen);
+    if (!*slot && !(*slot = calloc(1, sizeof(gen)))) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    gen *g = *slot;
     g->s = s, g->m = ink_session_model(s), g->d = o->drafter, g->o = o, g->st = st;
     g->V = g->m->cfg.vocab_unpadded, g->H = g->m->cfg.hidden;
     g->D = g->d ? g->d->D : 0;
@@ -204,34 +268,21 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
     if (P >= n_ctx)
         return ink_err_set(err, INK_E_CTX_FULL, "prompt of %d tokens leaves no room in a context of %d", P, n_ctx);
     int rc = INK_OK, H = g->H, V = g->V, K = g->K;
-    size_t hb = (size_t)H * sizeof(float);
-    g->seq = malloc((size_t)(n_ctx + 1) * sizeof *g->seq);
-    g->logits = malloc((size_t)K * V * sizeof(float));
-    g->dlog = malloc((size_t)V * sizeof(float));
-    g->p = malloc((size_t)V * sizeof(float));
-    g->q = malloc((size_t)(K + 1) * V * sizeof(float));
-    g->idx = malloc((size_t)V * sizeof(int));
-    g->tmp = malloc(3 * hb);
-    int need_hist = g->d != NULL;
-    g->hist = malloc(need_hist ? (size_t)n_ctx * hb : hb);
-    g->bufA = malloc(g->d ? (size_t)n_ctx * hb : hb);
-    g->bufB = malloc(g->d ? (size_t)n_ctx * hb : hb);
-    g->saved_old = calloc((size_t)(g->D + 1), hb);
-    g->saved_new = calloc((size_t)(g->D + 1), hb);
-    g->seed_q = malloc((size_t)V * sizeof(float));
-    g->seed_h = malloc(hb);
-    if (!g->seq || !g->logits || !g->dlog || !g->p || !g->q || !g->idx || !g->tmp || !g->hist || !g->bufA || !g->bufB ||
-        !g->saved_old || !g->saved_new || !g->seed_q || !g->seed_h) {
-        free_gen(g);
-        return ink_err_set(err, INK_E_NOMEM, "out of memory for generation buffers");
-    }
-    if ((rc = ink_snapshot_create(&g->snap, s, err))) goto done;
+    if ((rc = alloc_bufs(g, s, n_ctx, err))) return rc;
+    int cont = o->reuse_prefix && can_continue(g, s, prompt, P);
+    g->valid = 0;
     if (o->capture_commit && (rc = ink_session_set_capture(s, 1, err))) goto done;
-    if (g->d) {
-        if ((rc = ink_drafter_prepare(g->d, n_ctx, err))) goto done;
-        ink_drafter_reset(g->d);
+    if (g->d && (rc = ink_drafter_prepare(g->d, n_ctx, err))) goto done;
+    int c0 = cont ? ink_session_pos(s) : 0;
+    if (!cont) {
+        ink_session_reset(s);
+        if (g->d) ink_drafter_reset(g->d);
+        memset(g->F, 0, sizeof g->F);
+        memset(g->saved_old, 0, (size_t)(g->D + 1) * H * sizeof(float));
+        memset(g->saved_new, 0, (size_t)(g->D + 1) * H * sizeof(float));
     }
-    ink_session_reset(s);
+    st->reused_tokens = c0;
+    g->last_drafter = g->d, g->last_mode = g->mode;
     memcpy(g->seq, prompt, (size_t)P * sizeof *prompt);
 
     /* prefill and the first token */
@@ -239,10 +290,10 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
     int compat = g->d && g->mode == INK_MTP_COMPAT;
     ink_eval_out eo = {.logits = g->logits};
     if (g->d) {
-        if (compat) eo.hidden_prenorm = g->hist;
-        else eo.hidden_postnorm = g->hist;
+        if (compat) eo.hidden_prenorm = g->hist + (size_t)c0 * H;
+        else eo.hidden_postnorm = g->hist + (size_t)c0 * H;
     }
-    if ((rc = ink_session_eval(s, prompt, P, &eo, err))) goto done;
+    if ((rc = ink_session_eval(s, prompt + c0, P - c0, &eo, err))) goto done;
     double t1 = now_s();
     st->prefill_s = t1 - t0;
     int stop = o->max_tokens == 0, n = P;
@@ -250,7 +301,7 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
         g->seq[n] = pick(g, g->logits, NULL);
         emit(g, g->seq[n], out, n_out, &stop);
     }
-    if (!stop && compat && g->Mmax > 0) compat_update(g, 0, P);
+    if (!stop && compat && g->Mmax > 0) compat_update(g, c0, P - c0);
 
     while (!stop) {
         if (o->cancel && *o->cancel) {
@@ -330,7 +381,7 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
             if (rc) break;
         }
         for (int j = 0; j < e; j++) g->seq[n + 1 + j] = g->emitted[j];
-        if (M > 0 && compat && !stop) {
+        if (M > 0 && compat) { /* also after a stop, so that a later call can continue */
             ink_layer_cache_load(&g->d->d[0].cache, g->d->d[0].conv_save);
             for (int b = 1; b < g->D; b++) ink_layer_cache_clear(&g->d->d[b].cache);
             compat_update(g, n, e);
@@ -356,8 +407,8 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
     st->decode_s = now_s() - t1;
     st->generated_tokens = *n_out;
     if (st->k_min == INT32_MAX) st->k_min = 0;
+    if (!rc) g->valid = 1, g->n_last = n;
 done:
     if (o->capture_commit) ink_session_set_capture(s, 0, NULL);
-    free_gen(g);
     return rc;
 }
