@@ -89,3 +89,72 @@ clean:
 	rm -rf build inkling
 
 -include $(shell find build -name '*.d' 2>/dev/null)
+
+# ---- fuzz (issue 9) -----------------------------------------------------------------------------
+#   make fuzz    builds the libFuzzer targets (clang, ASan + UBSan) into build/fuzz/ and runs each one
+#                for FUZZ_SECONDS (default 30) on its seeds in fuzz/corpus/<target>/; targets run in
+#                parallel under make -j. New inputs go to build/fuzz/corpus/<target>/, a crash to
+#                build/fuzz/crash/<target>/ (copy it into fuzz/regressions/<target>/ once fixed:
+#                tests/test_fuzz_regressions replays those and the seeds in `make test`).
+#   make fuzz-build   only builds; build/fuzz/fuzz_<target> CORPUS... runs one by hand.
+FUZZ_CC      ?= $(shell command -v clang-14 2>/dev/null || echo clang)
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS := safetensors tdir config tokenizer encode chat hub
+FUZZ_B       := build/fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_CFLAGS  := $(CSTD) $(WARN) -Wno-unknown-warning-option -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) \
+                -fsanitize=fuzzer-no-link -Iinclude -Isrc -Itests -MMD -MP
+FUZZ_SRC     := $(filter-out fuzz/driver.c,$(wildcard fuzz/*.c))
+FUZZ_LIBOBJ  := $(LIB_SRC:%.c=$(FUZZ_B)/obj/%.o)
+FUZZ_OBJS    := $(FUZZ_SRC:%.c=$(FUZZ_B)/obj/%.o)
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_B)/fuzz_%)
+FUZZ_OPTS    := -max_len=8192 -timeout=20 -rss_limit_mb=2048 -error_exitcode=77 -print_final_stats=1
+FUZZ_OPTS_encode    := -max_len=2048
+FUZZ_OPTS_tokenizer := -max_len=16384
+FUZZ_OPTS_tdir      := -max_len=16384
+FUZZ_DICT    := -dict=fuzz/json.dict
+
+.PHONY: fuzz fuzz-build $(FUZZ_TARGETS:%=fuzz-run-%)
+fuzz: deps
+	@$(MAKE) --no-print-directory fuzz-build
+	@$(MAKE) --no-print-directory $(FUZZ_TARGETS:%=fuzz-run-%)
+	@echo "fuzz: $(words $(FUZZ_TARGETS)) targets, $(FUZZ_SECONDS) s each, no crash"
+
+fuzz-build: $(FUZZ_BINS)
+
+$(FUZZ_B)/flags: FORCE
+	@mkdir -p $(FUZZ_B)
+	@echo '$(FUZZ_CC) $(FUZZ_CFLAGS)' | cmp -s - $@ || echo '$(FUZZ_CC) $(FUZZ_CFLAGS)' > $@
+
+$(FUZZ_B)/obj/%.o: %.c $(FUZZ_B)/flags
+	@mkdir -p $(dir $@)
+	@echo "  FUZZCC $<"
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(FUZZ_B)/obj/driver_%.o: fuzz/driver.c $(FUZZ_B)/flags
+	@mkdir -p $(dir $@)
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) -DFUZZ_ENTRY=ink_fuzz_$* -c $< -o $@
+
+$(FUZZ_B)/libinkling.a: $(FUZZ_LIBOBJ)
+	@rm -f $@
+	@ar rcs $@ $^
+
+$(FUZZ_B)/fuzz_%: $(FUZZ_B)/obj/driver_%.o $(FUZZ_OBJS) $(FUZZ_B)/libinkling.a
+	@echo "  FUZZLD $@"
+	@$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) $< $(FUZZ_OBJS) $(FUZZ_B)/libinkling.a $(LDLIBS) -o $@
+
+fuzz-run-%: $(FUZZ_B)/fuzz_%
+	@mkdir -p $(FUZZ_B)/corpus/$* $(FUZZ_B)/crash/$* $(FUZZ_B)/log
+	@if $< $(FUZZ_OPTS) $(FUZZ_OPTS_$*) $(FUZZ_DICT) -max_total_time=$(FUZZ_SECONDS) \
+	      -artifact_prefix=$(FUZZ_B)/crash/$*/ $(FUZZ_B)/corpus/$* fuzz/corpus/$* >$(FUZZ_B)/log/$*.log 2>&1; then \
+	    echo "fuzz $*: $$(grep -o 'stat::number_of_executed_units: [0-9]*' $(FUZZ_B)/log/$*.log | grep -o '[0-9]*$$') runs," \
+	         "$$(grep -o 'cov: [0-9]*' $(FUZZ_B)/log/$*.log | tail -n1), no crash"; \
+	else \
+	    tail -n 60 $(FUZZ_B)/log/$*.log; echo "fuzz $*: FAILED (log $(FUZZ_B)/log/$*.log, input in $(FUZZ_B)/crash/$*/)"; exit 1; \
+	fi
+
+# The regression replay links the targets' entry points (compiled like the rest of the tests).
+FUZZ_TEST_OBJ := $(FUZZ_SRC:%.c=$(BUILD)/%.o)
+$(BUILD)/tests/test_fuzz_regressions: $(BUILD)/tests/test_fuzz_regressions.o $(FUZZ_TEST_OBJ) $(TSUP_OBJ) $(LIBA)
+	@echo "  LD    $@"
+	@$(CC) $(LDFLAGS) $< $(FUZZ_TEST_OBJ) $(TSUP_OBJ) $(LIBA) $(LDLIBS) -lcmocka -o $@
