@@ -81,7 +81,7 @@ static int list_files(const char *dir, char ***out, int *n_out, ink_err *err)
         n++;
     }
     closedir(dp);
-    qsort(v, (size_t)n, sizeof *v, cmp_str);
+    if (n) qsort(v, (size_t)n, sizeof *v, cmp_str);
     *out = v, *n_out = n;
     return INK_OK;
 }
