@@ -151,12 +151,19 @@ int ink_session_commit(ink_session *s, const ink_snapshot *snap, int n_keep, ink
 
 /* ---- sampling --------------------------------------------------------------------------- */
 
+/* The sampling chain (llama.cpp's order): penalties over the last penalty_last_n tokens of the
+ * history -> top-k -> top-p -> min-p -> temperature -> draw. Zero-initialised = greedy, no filters,
+ * no penalties. */
 typedef struct ink_sampling {
-    float temp;   /* <= 0: greedy (argmax, ties to the lowest id) */
-    int top_k;    /* <= 0: off */
-    float top_p;  /* >= 1 or <= 0: off */
-    float min_p;  /* <= 0: off */
+    float temp;              /* <= 0: greedy (argmax of the penalised logits, ties to the lowest id) */
+    int top_k;               /* <= 0: off */
+    float top_p;             /* >= 1 or <= 0: off */
+    float min_p;             /* <= 0: off */
     uint64_t seed;
+    float repeat_penalty;    /* <= 0 or 1: off; > 1 divides positive logits / multiplies negative ones */
+    float frequency_penalty; /* 0: off; subtracts count * value */
+    float presence_penalty;  /* 0: off; subtracts value once per token seen */
+    int penalty_last_n;      /* tokens of history the penalties look at; 0: none, -1: all */
 } ink_sampling;
 
 /* ---- MTP drafter and generation ------------------------------------------------------- */

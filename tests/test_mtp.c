@@ -57,7 +57,7 @@ static int gen(ink_session *s, const int32_t *p, int P, ink_drafter *d, int K, i
     ink_gen_opts o = {0};
     o.reuse_prefix = reuse_flag;
     o.max_tokens = max, o.stop_eos = stop_eos, o.eos = eos;
-    o.sampling = (ink_sampling){temp, 0, 1.0f, 0.0f, seed};
+    o.sampling = (ink_sampling){.temp = temp, .top_p = 1.0f, .seed = seed};
     o.drafter = d, o.block_size = K, o.mtp_mode = mode, o.capture_commit = capture;
     int n = 0;
     ink_err e = {0};

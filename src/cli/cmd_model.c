@@ -251,7 +251,8 @@ int cmd_generate(int argc, char **argv)
     const char *ids_s = NULL, *draft_kind = "none", *draft_model = NULL, *mtp_mode = "per-depth";
     const char *stats_path = NULL, *trace_path = NULL;
     long n_gen = 32, seed = 0, top_k = 40, block = 0;
-    double temp = 0.8, top_p = 0.95, min_p = 0.05;
+    double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, freq = 0.0, pres = 0.0;
+    long last_n = 64;
     int stop_eos = -1, capture = 0;
     for (int i = 1; i < argc; i++) {
         int r = common_arg(&c, argc, argv, &i);
@@ -277,6 +278,18 @@ int cmd_generate(int argc, char **argv)
         } else if (!strcmp(a, "--min-p")) {
             VAL();
             if (arg_float(a, v, 0, 1, &min_p)) return 2;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            VAL();
+            if (arg_float(a, v, 0, 10, &rep)) return 2;
+        } else if (!strcmp(a, "--frequency-penalty")) {
+            VAL();
+            if (arg_float(a, v, -10, 10, &freq)) return 2;
+        } else if (!strcmp(a, "--presence-penalty")) {
+            VAL();
+            if (arg_float(a, v, -10, 10, &pres)) return 2;
+        } else if (!strcmp(a, "--repeat-last-n")) {
+            VAL();
+            if (arg_int(a, v, -1, 1L << 30, &last_n)) return 2;
         } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
             VAL();
             if (arg_int(a, v, 0, 0x7fffffffL, &seed)) return 2;
@@ -320,7 +333,8 @@ int cmd_generate(int argc, char **argv)
             return 2;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: inkling generate -m DIR --prompt-ids 1,2,3 [-n N] [--temp T] [--top-k K] [--top-p P]\n"
-                   "         [--min-p P] [--seed S] [--ids] [--stop-eos|--ignore-eos] [--threads N] [-c N]\n"
+                   "         [--min-p P] [--repeat-penalty R] [--frequency-penalty F] [--presence-penalty P]\n"
+                   "         [--repeat-last-n N] [--seed S] [--ids] [--stop-eos|--ignore-eos] [--threads N] [-c N]\n"
                    "         [--draft-kind none|mtp] [--draft-model DIR] [--draft-block-size K]\n"
                    "         [--mtp-mode per-depth|compat] [--capture-commit] [--stats-json FILE] [--trace FILE]\n");
             return 0;
@@ -365,7 +379,9 @@ int cmd_generate(int argc, char **argv)
         o.max_tokens = (int)n_gen;
         o.stop_eos = stop_eos;
         o.eos = -1;
-        o.sampling = (ink_sampling){(float)temp, (int)top_k, (float)top_p, (float)min_p, (uint64_t)seed};
+        o.sampling = (ink_sampling){.temp = (float)temp, .top_k = (int)top_k, .top_p = (float)top_p, .min_p = (float)min_p,
+                                    .seed = (uint64_t)seed, .repeat_penalty = (float)rep, .frequency_penalty = (float)freq,
+                                    .presence_penalty = (float)pres, .penalty_last_n = (int)last_n};
         o.drafter = d;
         o.block_size = (int)block;
         o.mtp_mode = !strcmp(mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;

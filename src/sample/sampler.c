@@ -38,8 +38,39 @@ static void sift(int *h, int k, int i, const float *l)
     }
 }
 
-void ink_sample_dist(const ink_sampling *c, const float *l, int n, float *p, int *idx)
+static int penalties_on(const ink_sampling *c)
 {
+    return c->penalty_last_n != 0 &&
+           ((c->repeat_penalty > 0 && c->repeat_penalty != 1.0f) || c->frequency_penalty != 0 || c->presence_penalty != 0);
+}
+
+void ink_sample_penalize(const ink_sampling *c, float *w, int n, const int32_t *hist, int n_hist, int *idx)
+{
+    if (!penalties_on(c) || n_hist <= 0) return;
+    int from = c->penalty_last_n < 0 || c->penalty_last_n > n_hist ? 0 : n_hist - c->penalty_last_n;
+    memset(idx, 0, (size_t)n * sizeof *idx);
+    for (int i = from; i < n_hist; i++)
+        if (hist[i] >= 0 && hist[i] < n) idx[hist[i]]++;
+    for (int i = from; i < n_hist; i++) {
+        int t = hist[i];
+        if (t < 0 || t >= n || idx[t] == 0) continue;
+        int cnt = idx[t];
+        idx[t] = 0; /* each distinct token once */
+        if (c->repeat_penalty > 0 && c->repeat_penalty != 1.0f) w[t] = w[t] > 0 ? w[t] / c->repeat_penalty : w[t] * c->repeat_penalty;
+        w[t] -= (float)cnt * c->frequency_penalty + c->presence_penalty;
+    }
+}
+
+void ink_sample_dist(const ink_sampling *c, const float *logits, int n, const int32_t *hist, int n_hist, float *p,
+                     ink_sample_scratch *scr)
+{
+    int *idx = scr->idx;
+    const float *l = logits;
+    if (penalties_on(c) && n_hist > 0) {
+        memcpy(scr->work, logits, (size_t)n * sizeof *logits);
+        ink_sample_penalize(c, scr->work, n, hist, n_hist, idx);
+        l = scr->work;
+    }
     memset(p, 0, (size_t)n * sizeof *p);
     if (!(c->temp > 0)) {
         p[ink_argmax(l, n)] = 1.0f;

@@ -16,8 +16,18 @@
 #include <stdint.h>
 
 int ink_argmax(const float *x, int n);
-/* Fills p[0..n) (see above). idx: scratch of n ints. */
-void ink_sample_dist(const ink_sampling *c, const float *logits, int n, float *p, int *idx);
+
+typedef struct ink_sample_scratch {
+    int *idx;      /* [n] */
+    float *work;   /* [n] */
+} ink_sample_scratch;
+
+/* Fills p[0..n) with the final distribution of the chain (see inkling.h ink_sampling) for `logits`
+ * after history hist[0..n_hist) (for the penalties). */
+void ink_sample_dist(const ink_sampling *c, const float *logits, int n, const int32_t *hist, int n_hist, float *p,
+                     ink_sample_scratch *scr);
+/* Applies the penalties of `c` to work[0..n) (a copy of the logits) in place. idx: [n] scratch. */
+void ink_sample_penalize(const ink_sampling *c, float *work, int n, const int32_t *hist, int n_hist, int *idx);
 /* Draws an index from the distribution p (sums to ~1). */
 int ink_sample_draw(const float *p, int n, uint64_t *rng);
 /* Uniform double in [0, 1) (splitmix64 stream). */

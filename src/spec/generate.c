@@ -40,6 +40,7 @@ typedef struct gen {
     float *dlog;                  /* [V] draft logits */
     float *p, *q;                 /* [V], [K][V]: target / draft distributions */
     int *idx;                     /* [V] sampler scratch */
+    float *work;                  /* [V] sampler scratch */
     float *tmp;                   /* [2][H] */
     int32_t drafts[INK_MAX_DEPTH + 1], emitted[INK_MAX_DEPTH + 2];
     int blocks[INK_MAX_DEPTH + 1];
@@ -63,16 +64,35 @@ static float margin_of(const float *l, int n)
     return l[b] - second;
 }
 
-/* Draws a token from logits with the request's sampler; q (if not NULL) gets the distribution. */
-static int32_t pick(gen *g, const float *logits, float *q)
+/* The sampler's distribution for `logits` after the history x_0 .. x_{n_hist-1} (g->seq, which holds
+ * the round's drafts after x_n). */
+static void dist(gen *g, const float *logits, int n_hist, float *p)
+{
+    ink_sample_scratch scr = {g->idx, g->work};
+    ink_sample_dist(&g->o->sampling, logits, g->V, g->seq, n_hist, p, &scr);
+}
+
+/* Greedy choice (argmax of the penalised logits). */
+static int32_t greedy_pick(gen *g, const float *logits, int n_hist)
+{
+    const ink_sampling *c = &g->o->sampling;
+    if (c->penalty_last_n == 0 || n_hist == 0) return ink_argmax(logits, g->V);
+    memcpy(g->work, logits, (size_t)g->V * sizeof(float));
+    ink_sample_penalize(c, g->work, g->V, g->seq, n_hist, g->idx);
+    return ink_argmax(g->work, g->V);
+}
+
+/* Draws a token with the request's sampler; q (if not NULL) gets the distribution it came from. */
+static int32_t pick(gen *g, const float *logits, float *q, int n_hist)
 {
     if (g->greedy) {
-        if (q) memset(q, 0, (size_t)g->V * sizeof *q), q[ink_argmax(logits, g->V)] = 1.0f;
-        return ink_argmax(logits, g->V);
+        int32_t t = greedy_pick(g, logits, n_hist);
+        if (q) memset(q, 0, (size_t)g->V * sizeof *q), q[t] = 1.0f;
+        return t;
     }
-    float *dist = q ? q : g->p;
-    ink_sample_dist(&g->o->sampling, logits, g->V, dist, g->idx);
-    return ink_sample_draw(dist, g->V, &g->rng);
+    float *d = q ? q : g->p;
+    dist(g, logits, n_hist, d);
+    return ink_sample_draw(d, g->V, &g->rng);
 }
 
 /* ---- mode P draft phase (mtp.md 7.3) ---------------------------------------------------- */
@@ -119,7 +139,8 @@ static void draft_per_depth(gen *g, int n, int M)
             const float *u = cur + (size_t)(n - 1 - Fs) * H;
             ink_draft_logits(g->d, u, 0, g->dlog, g->tmp);
             g->margins[m] = margin_of(g->dlog, g->V);
-            g->drafts[m] = pick(g, g->dlog, g->q + (size_t)m * g->V);
+            g->drafts[m] = pick(g, g->dlog, g->q + (size_t)m * g->V, n + 1 + m);
+            g->seq[n + 1 + m] = g->drafts[m];
             g->blocks[m] = m;
         }
         prev = cur, Fprev = Fs;
@@ -138,7 +159,7 @@ static void compat_update(gen *g, int n0, int rows)
     memcpy(g->seed_h, u, (size_t)g->H * sizeof(float));
     ink_draft_logits(g->d, u, 1, g->dlog, g->tmp);
     g->seed_margin = margin_of(g->dlog, g->V);
-    g->seed_tok = pick(g, g->dlog, g->seed_q);
+    g->seed_tok = pick(g, g->dlog, g->seed_q, n0 + rows + 1);
 }
 
 static void draft_compat(gen *g, int n, int M)
@@ -148,6 +169,7 @@ static void draft_compat(gen *g, int n, int M)
     ink_layer_cache_save(&b0->cache, b0->conv_save);
     for (int b = 1; b < g->D; b++) ink_layer_cache_clear(&g->d->d[b].cache);
     g->drafts[0] = g->seed_tok, g->blocks[0] = 0, g->margins[0] = g->seed_margin;
+    g->seq[n + 1] = g->seed_tok;
     memcpy(g->q, g->seed_q, (size_t)g->V * sizeof(float));
     float *prev = g->bufB, *outb = g->bufB + H;
     memcpy(prev, g->seed_h, (size_t)H * sizeof(float));
@@ -158,7 +180,8 @@ static void draft_compat(gen *g, int n, int M)
         rows_b[b]++;
         ink_draft_logits(g->d, outb, 1, g->dlog, g->tmp);
         g->margins[k] = margin_of(g->dlog, g->V);
-        g->drafts[k] = pick(g, g->dlog, g->q + (size_t)k * g->V);
+        g->drafts[k] = pick(g, g->dlog, g->q + (size_t)k * g->V, n + 1 + k);
+        g->seq[n + 1 + k] = g->drafts[k];
         g->blocks[k] = b;
         memcpy(prev, outb, (size_t)H * sizeof(float));
     }
@@ -169,8 +192,9 @@ static void draft_compat(gen *g, int n, int M)
 static void free_bufs(gen *g)
 {
     free(g->seq), free(g->hist), free(g->bufA), free(g->bufB), free(g->saved_old), free(g->saved_new);
-    free(g->logits), free(g->dlog), free(g->p), free(g->q), free(g->idx), free(g->tmp), free(g->seed_q), free(g->seed_h);
+    free(g->logits), free(g->dlog), free(g->p), free(g->q), free(g->idx), free(g->work), free(g->tmp), free(g->seed_q), free(g->seed_h);
     ink_snapshot_free(g->snap);
+    g->work = NULL;
     g->seq = NULL, g->hist = g->bufA = g->bufB = g->saved_old = g->saved_new = NULL;
     g->logits = g->dlog = g->p = g->q = g->tmp = g->seed_q = g->seed_h = NULL;
     g->idx = NULL, g->snap = NULL;
@@ -199,6 +223,7 @@ static int alloc_bufs(gen *g, ink_session *s, int n_ctx, ink_err *err)
     g->p = malloc((size_t)V * sizeof(float));
     g->q = malloc((size_t)(K + 1) * V * sizeof(float));
     g->idx = malloc((size_t)V * sizeof(int));
+    g->work = malloc((size_t)V * sizeof(float));
     g->tmp = malloc(3 * hb);
     g->hist = malloc(full ? (size_t)n_ctx * hb : hb);
     g->bufA = malloc(full ? (size_t)n_ctx * hb : hb);
@@ -207,7 +232,7 @@ static int alloc_bufs(gen *g, ink_session *s, int n_ctx, ink_err *err)
     g->saved_new = calloc((size_t)(D + 1), hb);
     g->seed_q = malloc((size_t)V * sizeof(float));
     g->seed_h = malloc(hb);
-    if (!g->seq || !g->logits || !g->dlog || !g->p || !g->q || !g->idx || !g->tmp || !g->hist || !g->bufA || !g->bufB ||
+    if (!g->seq || !g->logits || !g->dlog || !g->p || !g->q || !g->idx || !g->work || !g->tmp || !g->hist || !g->bufA || !g->bufB ||
         !g->saved_old || !g->saved_new || !g->seed_q || !g->seed_h || ink_snapshot_create(&g->snap, s, err)) {
         free_bufs(g);
         return ink_err_set(err, INK_E_NOMEM, "out of memory for generation buffers");
@@ -298,7 +323,7 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
     st->prefill_s = t1 - t0;
     int stop = o->max_tokens == 0, n = P;
     if (!stop) {
-        g->seq[n] = pick(g, g->logits, NULL);
+        g->seq[n] = pick(g, g->logits, NULL, P);
         emit(g, g->seq[n], out, n_out, &stop);
     }
     if (!stop && compat && g->Mmax > 0) compat_update(g, c0, P - c0);
@@ -337,11 +362,11 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
         int a = 0;
         int32_t bonus;
         if (g->greedy) {
-            while (a < M && g->drafts[a] == ink_argmax(g->logits + (size_t)a * V, V)) a++;
-            bonus = ink_argmax(g->logits + (size_t)a * V, V);
+            while (a < M && g->drafts[a] == greedy_pick(g, g->logits + (size_t)a * V, n + 1 + a)) a++;
+            bonus = greedy_pick(g, g->logits + (size_t)a * V, n + 1 + a);
         } else {
             for (;;) {
-                ink_sample_dist(&o->sampling, g->logits + (size_t)a * V, V, g->p, g->idx);
+                dist(g, g->logits + (size_t)a * V, n + 1 + a, g->p);
                 if (a == M) {
                     bonus = ink_sample_draw(g->p, V, &g->rng);
                     break;
@@ -364,7 +389,7 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
                     for (int i = 0; i < V; i++) g->p[i] = (float)(g->p[i] / mass);
                     bonus = ink_sample_draw(g->p, V, &g->rng);
                 } else {
-                    ink_sample_dist(&o->sampling, g->logits + (size_t)a * V, V, g->p, g->idx);
+                    dist(g, g->logits + (size_t)a * V, n + 1 + a, g->p);
                     bonus = ink_sample_draw(g->p, V, &g->rng);
                 }
                 break;
