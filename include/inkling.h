@@ -203,6 +203,9 @@ typedef struct ink_gen_opts {
     int max_tokens;            /* tokens to emit, including the first one from the prompt */
     int stop_eos;              /* stop after emitting eos */
     int eos;                   /* stop id (model's eos_token_id when < 0) */
+    const int32_t *stop_ids;   /* more stop ids (e.g. the chat format's); generation stops after one */
+    int n_stop_ids;
+    int vocab_limit;           /* > 0: ids >= this are never sampled or drafted (tokenizer size) */
     ink_sampling sampling;
     ink_drafter *drafter;      /* NULL: plain decoding */
     int block_size;            /* K: verify width (bonus + drafts); <= 0: depth + 2; 1: plain steps */

@@ -121,6 +121,40 @@ static void test_penalised_greedy_invariant(void **state)
     ink_model_free(m);
 }
 
+/* vocab_limit: ids at or above it are never sampled or drafted; stop_ids end generation. */
+static void test_vocab_limit_and_stop_ids(void **state)
+{
+    (void)state;
+    ink_model *m;
+    ink_err e = {0};
+    ink_model_opts o1 = {1};
+    assert_int_equal(ink_model_open(&m, "tests/data/golden/tiny-moe", &o1, &e), 0);
+    ink_drafter *d;
+    assert_int_equal(ink_drafter_open(&d, m, "tests/data/golden/tiny-moe", &e), 0);
+    ink_session *s;
+    assert_int_equal(ink_session_create(&s, m, 0, &e), 0);
+    int32_t p[3] = {5, 6, 7}, a[40], b[40];
+    int na, nb;
+    ink_gen_opts o = {.max_tokens = 40, .vocab_limit = 50};
+    assert_int_equal(ink_generate(s, p, 3, &o, a, 40, &na, NULL, &e), 0);
+    for (int i = 0; i < na; i++) assert_true(a[i] < 50);
+    o.drafter = d, o.block_size = 4;
+    assert_int_equal(ink_generate(s, p, 3, &o, b, 40, &nb, NULL, &e), 0);
+    assert_memory_equal(a, b, (size_t)na * 4);
+    o.sampling = (ink_sampling){.temp = 1.0f, .seed = 3};
+    assert_int_equal(ink_generate(s, p, 3, &o, b, 40, &nb, NULL, &e), 0);
+    for (int i = 0; i < nb; i++) assert_true(b[i] < 50);
+    int32_t stops[2] = {1000, a[5]};
+    ink_gen_opts so = {.max_tokens = 40, .vocab_limit = 50, .stop_ids = stops, .n_stop_ids = 2};
+    assert_int_equal(ink_generate(s, p, 3, &so, b, 40, &nb, NULL, &e), 0);
+    int first = 0;
+    while (a[first] != a[5]) first++;
+    assert_int_equal(nb, first + 1);
+    ink_session_free(s);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -128,6 +162,7 @@ int main(void)
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_draws),
         cmocka_unit_test(test_penalised_greedy_invariant),
+        cmocka_unit_test(test_vocab_limit_and_stop_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,7 +29,7 @@ typedef struct gen {
     ink_drafter *d;
     const ink_gen_opts *o;
     ink_gen_stats *st;
-    int V, H, D, K, mode, greedy, Mmax;
+    int V, VS, H, D, K, mode, greedy, Mmax; /* V: sampled ids (vocab limit), VS: logits row length */
     uint64_t rng;
     int32_t *seq;                 /* [n_ctx + 1]: x_0 .. x_n (prompt, committed tokens, bonus) */
     float *hist;                  /* [n_ctx][H]: target hidden per position (postnorm P / prenorm X) */
@@ -50,7 +50,7 @@ typedef struct gen {
     float seed_margin, *seed_q, *seed_h;
     ink_snapshot *snap;
     /* allocation sizes and continuation state (kept in the session between calls) */
-    int a_ctx, a_V, a_H, a_D, a_K;
+    int a_ctx, a_V, a_VS, a_H, a_D, a_K;
     const ink_drafter *last_drafter;
     int last_mode, valid, n_last;
 } gen;
@@ -211,15 +211,15 @@ static void free_gen(void *p)
 /* (Re)allocates the buffers for this call's sizes; keeps them (and the continuation) if they fit. */
 static int alloc_bufs(gen *g, ink_session *s, int n_ctx, ink_err *err)
 {
-    int V = g->V, H = g->H, K = g->K, D = g->D;
-    if (g->a_ctx == n_ctx && g->a_V == V && g->a_H == H && g->a_D >= D && g->a_K >= K) return INK_OK;
+    int V = g->V, VS = g->VS, H = g->H, K = g->K, D = g->D;
+    if (g->a_ctx == n_ctx && g->a_V == V && g->a_VS == VS && g->a_H == H && g->a_D >= D && g->a_K >= K) return INK_OK;
     free_bufs(g);
     if (K < 2) K = 2; /* room for a later call with a small K */
     size_t hb = (size_t)H * sizeof(float);
     int full = D > 0;
     g->seq = malloc((size_t)(n_ctx + 1) * sizeof *g->seq);
-    g->logits = malloc((size_t)K * V * sizeof(float));
-    g->dlog = malloc((size_t)V * sizeof(float));
+    g->logits = malloc((size_t)K * VS * sizeof(float));
+    g->dlog = malloc((size_t)VS * sizeof(float));
     g->p = malloc((size_t)V * sizeof(float));
     g->q = malloc((size_t)(K + 1) * V * sizeof(float));
     g->idx = malloc((size_t)V * sizeof(int));
@@ -237,7 +237,7 @@ static int alloc_bufs(gen *g, ink_session *s, int n_ctx, ink_err *err)
         free_bufs(g);
         return ink_err_set(err, INK_E_NOMEM, "out of memory for generation buffers");
     }
-    g->a_ctx = n_ctx, g->a_V = V, g->a_H = H, g->a_D = D, g->a_K = K;
+    g->a_ctx = n_ctx, g->a_V = V, g->a_VS = VS, g->a_H = H, g->a_D = D, g->a_K = K;
     return INK_OK;
 }
 
@@ -262,6 +262,8 @@ static int emit(gen *g, int32_t tok, int32_t *out, int *n_out, int *stop)
     if (g->o->on_token) g->o->on_token(g->o->ud, tok);
     int eos = g->o->eos >= 0 ? g->o->eos : ink_model_get_info(g->m)->eos;
     if ((g->o->stop_eos && tok == eos) || *n_out >= g->o->max_tokens) *stop = 1;
+    for (int i = 0; i < g->o->n_stop_ids; i++)
+        if (tok == g->o->stop_ids[i]) *stop = 1;
     return 0;
 }
 
@@ -276,7 +278,8 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
     if (!*slot && !(*slot = calloc(1, sizeof(gen)))) return ink_err_set(err, INK_E_NOMEM, "out of memory");
     gen *g = *slot;
     g->s = s, g->m = ink_session_model(s), g->d = o->drafter, g->o = o, g->st = st;
-    g->V = g->m->cfg.vocab_unpadded, g->H = g->m->cfg.hidden;
+    g->V = g->VS = g->m->cfg.vocab_unpadded, g->H = g->m->cfg.hidden;
+    if (o->vocab_limit > 0 && o->vocab_limit < g->VS) g->V = o->vocab_limit;
     g->D = g->d ? g->d->D : 0;
     g->mode = o->mtp_mode;
     g->greedy = !(o->sampling.temp > 0);
@@ -292,7 +295,7 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
         return ink_err_set(err, INK_E_INVAL, "max_tokens %d out of range (buffer holds %d)", o->max_tokens, out_cap);
     if (P >= n_ctx)
         return ink_err_set(err, INK_E_CTX_FULL, "prompt of %d tokens leaves no room in a context of %d", P, n_ctx);
-    int rc = INK_OK, H = g->H, V = g->V, K = g->K;
+    int rc = INK_OK, H = g->H, V = g->V, VS = g->VS, K = g->K;
     if ((rc = alloc_bufs(g, s, n_ctx, err))) return rc;
     int cont = o->reuse_prefix && can_continue(g, s, prompt, P);
     g->valid = 0;
@@ -362,11 +365,11 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
         int a = 0;
         int32_t bonus;
         if (g->greedy) {
-            while (a < M && g->drafts[a] == greedy_pick(g, g->logits + (size_t)a * V, n + 1 + a)) a++;
-            bonus = greedy_pick(g, g->logits + (size_t)a * V, n + 1 + a);
+            while (a < M && g->drafts[a] == greedy_pick(g, g->logits + (size_t)a * VS, n + 1 + a)) a++;
+            bonus = greedy_pick(g, g->logits + (size_t)a * VS, n + 1 + a);
         } else {
             for (;;) {
-                dist(g, g->logits + (size_t)a * V, n + 1 + a, g->p);
+                dist(g, g->logits + (size_t)a * VS, n + 1 + a, g->p);
                 if (a == M) {
                     bonus = ink_sample_draw(g->p, V, &g->rng);
                     break;
@@ -389,7 +392,7 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
                     for (int i = 0; i < V; i++) g->p[i] = (float)(g->p[i] / mass);
                     bonus = ink_sample_draw(g->p, V, &g->rng);
                 } else {
-                    dist(g, g->logits + (size_t)a * V, n + 1 + a, g->p);
+                    dist(g, g->logits + (size_t)a * VS, n + 1 + a, g->p);
                     bonus = ink_sample_draw(g->p, V, &g->rng);
                 }
                 break;
