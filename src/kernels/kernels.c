@@ -1,81 +1,98 @@
-/* kernels.c — portable kernels (see kernels.h). The dot products keep 8 independent partial sums
- * combined in a fixed order, which the compiler vectorises and which is thread-count independent. */
-#include "kernels/kernels.h"
+/* kernels.c — the portable (scalar reference) kernel set, the dispatch and the threaded drivers,
+ * format helpers, and the norm / conv kernels (see kernels.h for the exactness contract). */
+#include "kernels/kern_impl.h"
 
 #include "load/safetensors.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
-static float dot_f32(const float *w, const float *x, int n)
+/* ---- format helpers ---------------------------------------------------------------------- */
+
+float ink_e2m1_to_f32(unsigned c)
 {
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += w[i + j] * x[i + j];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; i < n; i++) s += w[i] * x[i];
-    return s;
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    float v = mag[c & 7];
+    return (c & 8) ? -v : v;
 }
 
-static float dot_bf16(const uint16_t *w, const float *x, int n)
+unsigned ink_affine_code(const uint8_t *row, int j, int bits)
 {
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += ink_bf16_to_f32(w[i + j]) * x[i + j];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; i < n; i++) s += ink_bf16_to_f32(w[i]) * x[i];
-    return s;
+    size_t bit = (size_t)j * (size_t)bits;
+    const uint8_t *p = row + bit / 8;
+    unsigned v = p[0];
+    if ((bit % 8) + (size_t)bits > 8) v |= (unsigned)p[1] << 8;
+    return (v >> (bit % 8)) & ((1u << bits) - 1u);
 }
 
-static float dot_f16(const uint16_t *w, const float *x, int n)
+float ink_scale_at(const void *p, int dtype, size_t i)
 {
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += ink_f16_to_f32(w[i + j]) * x[i + j];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; i < n; i++) s += ink_f16_to_f32(w[i]) * x[i];
-    return s;
-}
-
-void ink_matmul_rows(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)
-{
-    for (int o = r0; o < r1; o++) {
-        for (int t = 0; t < T; t++) {
-            const float *xt = x + (size_t)t * ldx;
-            float v;
-            if (W->dtype == INK_DT_F32) v = dot_f32((const float *)W->data + (size_t)o * W->stride, xt, W->cols);
-            else if (W->dtype == INK_DT_BF16)
-                v = dot_bf16((const uint16_t *)W->data + (size_t)o * W->stride, xt, W->cols);
-            else v = dot_f16((const uint16_t *)W->data + (size_t)o * W->stride, xt, W->cols);
-            y[(size_t)t * ldy + o] = v;
-        }
+    switch (dtype) {
+    case INK_DT_F32: return ((const float *)p)[i];
+    case INK_DT_BF16: return ink_bf16_to_f32(((const uint16_t *)p)[i]);
+    case INK_DT_F16: return ink_f16_to_f32(((const uint16_t *)p)[i]);
+    case INK_DT_F8_E4M3: return ink_e4m3_to_f32(((const uint8_t *)p)[i]);
+    default: return 0.0f;
     }
 }
 
-typedef struct mm_ctx {
-    const ink_mat *W;
-    const float *x;
-    float *y;
-    int ldx, ldy, T;
-} mm_ctx;
+static size_t dt_size(int dt) { return dt == INK_DT_F32 ? 4 : dt == INK_DT_F8_E4M3 || dt == INK_DT_U8 ? 1 : 2; }
 
-static void mm_task(void *arg, int ith, int nth)
+size_t ink_mat_bytes(const ink_mat *W)
 {
-    mm_ctx *c = arg;
-    int R = c->W->rows;
-    int r0 = (int)((long long)R * ith / nth), r1 = (int)((long long)R * (ith + 1) / nth);
-    ink_matmul_rows(c->W, c->x, c->ldx, c->T, c->y, c->ldy, r0, r1);
+    size_t R = (size_t)W->rows, C = (size_t)W->cols;
+    if (W->dtype == INK_QT_AFFINE)
+        return R * (C * (size_t)W->bits / 8) + 2 * R * (C / (size_t)W->group) * dt_size(W->sdtype);
+    if (W->dtype == INK_QT_NVFP4) return R * C / 2 + R * C / 16;
+    return R * C * dt_size(W->dtype);
 }
 
-void ink_matmul(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy)
+/* Eight consecutive weights of row r starting at column c (c % 8 == 0 for quantized views).
+ * NVFP4 leaves out gscale (applied to the finished row sum). */
+static void decode8(const ink_mat *W, int r, int c, float w[8])
 {
-    mm_ctx c = {W, x, y, ldx, ldy, T};
-    /* Small problems are not worth waking the workers. */
-    if ((long long)W->rows * W->cols * T < 32768) ink_matmul_rows(W, x, ldx, T, y, ldy, 0, W->rows);
-    else ink_pool_run(p, mm_task, &c);
+    switch (W->dtype) {
+    case INK_DT_F32: memcpy(w, (const float *)W->data + (size_t)r * W->stride + c, 8 * sizeof(float)); return;
+    case INK_DT_BF16: {
+        const uint16_t *s = (const uint16_t *)W->data + (size_t)r * W->stride + c;
+        for (int j = 0; j < 8; j++) w[j] = ink_bf16_to_f32(s[j]);
+        return;
+    }
+    case INK_DT_F16: {
+        const uint16_t *s = (const uint16_t *)W->data + (size_t)r * W->stride + c;
+        for (int j = 0; j < 8; j++) w[j] = ink_f16_to_f32(s[j]);
+        return;
+    }
+    case INK_QT_AFFINE: {
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->stride;
+        size_t g = (size_t)r * W->sstride + (size_t)(c / W->group);
+        float s = ink_scale_at(W->scales, W->sdtype, g), b = ink_scale_at(W->biases, W->sdtype, g);
+        for (int j = 0; j < 8; j++) w[j] = s * (float)ink_affine_code(row, c + j, W->bits) + b;
+        return;
+    }
+    default: { /* NVFP4 */
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->stride;
+        float s = ink_e4m3_to_f32(((const uint8_t *)W->scales)[(size_t)r * W->sstride + (size_t)(c / 16)]);
+        for (int j = 0; j < 8; j++) w[j] = ink_e2m1_to_f32(ink_affine_code(row, c + j, 4)) * s;
+        return;
+    }
+    }
+}
+
+static float weight_at(const ink_mat *W, int r, int i)
+{
+    switch (W->dtype) {
+    case INK_DT_F32: return ((const float *)W->data)[(size_t)r * W->stride + i];
+    case INK_DT_BF16: return ink_bf16_to_f32(((const uint16_t *)W->data)[(size_t)r * W->stride + i]);
+    case INK_DT_F16: return ink_f16_to_f32(((const uint16_t *)W->data)[(size_t)r * W->stride + i]);
+    default: {
+        float w[8];
+        decode8(W, r, i & ~7, w);
+        return w[i & 7] * (W->dtype == INK_QT_NVFP4 ? W->gscale : 1.0f);
+    }
+    }
 }
 
 void ink_mat_row(const ink_mat *W, int r, float *out)
@@ -84,9 +101,279 @@ void ink_mat_row(const ink_mat *W, int r, float *out)
         memcpy(out, (const float *)W->data + (size_t)r * W->stride, (size_t)W->cols * sizeof(float));
         return;
     }
-    const uint16_t *s = (const uint16_t *)W->data + (size_t)r * W->stride;
-    for (int i = 0; i < W->cols; i++) out[i] = W->dtype == INK_DT_BF16 ? ink_bf16_to_f32(s[i]) : ink_f16_to_f32(s[i]);
+    if (W->dtype == INK_DT_BF16 || W->dtype == INK_DT_F16 || W->cols % 8) {
+        for (int i = 0; i < W->cols; i++) out[i] = weight_at(W, r, i);
+        return;
+    }
+    for (int c = 0; c < W->cols; c += 8) {
+        decode8(W, r, c, out + c);
+        if (W->dtype == INK_QT_NVFP4)
+            for (int j = 0; j < 8; j++) out[c + j] *= W->gscale; /* e2m1 * e4m3 is exact: one rounding */
+    }
 }
+
+/* ---- int8 activations (shared by every set) ---------------------------------------------- */
+
+void ink_qx_fill(ink_qx *qx, const float *x, int ldx, int nt, int k)
+{
+    for (int t = 0; t < nt; t++) {
+        const float *xt = x + (size_t)t * ldx;
+        for (int b = 0; b < k / 32; b++) {
+            const float *v = xt + 32 * b;
+            float amax = 0.0f, sum = 0.0f;
+            for (int i = 0; i < 32; i++) {
+                float a = fabsf(v[i]);
+                if (a > amax) amax = a;
+                sum += v[i];
+            }
+            float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+            qx->d[t][b] = amax / 127.0f;
+            qx->xs[t][b] = sum;
+            for (int i = 0; i < 32; i++) qx->q[t][32 * b + i] = (int8_t)nearbyintf(v[i] * id);
+        }
+    }
+}
+
+/* ---- the scalar set ----------------------------------------------------------------------- */
+
+#define ST 16 /* token tile of the scalar set */
+
+static void scalar_rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)
+{
+    ink_qx qx; /* 320 KiB on the stack: no allocation on the hot path */
+    int K = W->cols, gs = W->group, q8 = W->bits == 8;
+    for (int t0 = 0; t0 < T; t0 += ST) {
+        int nt = T - t0 < ST ? T - t0 : ST;
+        ink_qx_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, K);
+        for (int o = r0; o < r1; o++) {
+            const uint8_t *row = (const uint8_t *)W->data + (size_t)o * W->stride;
+            float acc[ST][8] = {{0}}, bsum[ST] = {0};
+            for (int g = 0; g < K / gs; g++) {
+                size_t gi = (size_t)o * W->sstride + (size_t)g;
+                float s = ink_scale_at(W->scales, W->sdtype, gi), b = ink_scale_at(W->biases, W->sdtype, gi);
+                if (q8) b = b + 128.0f * s; /* codes are used as q - 128 */
+                float gl[ST][8] = {{0}};
+                for (int c = g * gs; c < (g + 1) * gs; c += 32) {
+                    int code[32];
+                    for (int i = 0; i < 32; i++) code[i] = (int)ink_affine_code(row, c + i, W->bits) - (q8 ? 128 : 0);
+                    for (int t = 0; t < nt; t++) {
+                        const int8_t *q = qx.q[t] + c;
+                        float d = qx.d[t][c / 32];
+                        for (int j = 0; j < 8; j++) {
+                            int li = code[4 * j] * q[4 * j] + code[4 * j + 1] * q[4 * j + 1] +
+                                     code[4 * j + 2] * q[4 * j + 2] + code[4 * j + 3] * q[4 * j + 3];
+                            gl[t][j] += d * (float)li;
+                        }
+                    }
+                }
+                for (int t = 0; t < nt; t++) {
+                    float xsg = qx.xs[t][g * gs / 32];
+                    for (int c = g * gs + 32; c < (g + 1) * gs; c += 32) xsg += qx.xs[t][c / 32];
+                    for (int j = 0; j < 8; j++) acc[t][j] += s * gl[t][j];
+                    bsum[t] += b * xsg;
+                }
+            }
+            for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * ldy + o] = ink_lanes_sum(acc[t]) + bsum[t];
+        }
+    }
+}
+
+static void scalar_rows(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1, int int8)
+{
+    if (int8 && ink_int8_ok(W)) {
+        scalar_rows_int8(W, x, ldx, T, y, ldy, r0, r1);
+        return;
+    }
+    int K = W->cols, K8 = K & ~7;
+    float w8[8];
+    for (int t0 = 0; t0 < T; t0 += ST) {
+        int nt = T - t0 < ST ? T - t0 : ST;
+        for (int o = r0; o < r1; o++) {
+            float acc[ST][8] = {{0}};
+            for (int c = 0; c < K8; c += 8) {
+                decode8(W, o, c, w8);
+                for (int t = 0; t < nt; t++) {
+                    const float *xt = x + (size_t)(t0 + t) * ldx + c;
+                    for (int j = 0; j < 8; j++) acc[t][j] += w8[j] * xt[j];
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                const float *xt = x + (size_t)(t0 + t) * ldx;
+                float s = ink_lanes_sum(acc[t]);
+                for (int i = K8; i < K; i++) s += weight_at(W, o, i) * xt[i];
+                if (W->dtype == INK_QT_NVFP4) s *= W->gscale;
+                y[(size_t)(t0 + t) * ldy + o] = s;
+            }
+        }
+    }
+}
+
+static const ink_kernels scalar_set = {"scalar", scalar_rows};
+
+const ink_kernels *ink_kernels_scalar(void) { return &scalar_set; }
+
+#if !defined(__aarch64__)
+const ink_kernels *ink_kernels_neon(void) { return NULL; }
+#endif
+
+#if !(defined(__x86_64__) && defined(__GNUC__))
+const ink_kernels *ink_kernels_avx2_raw(void) { return NULL; }
+#endif
+
+const ink_kernels *ink_kernels_avx2(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ink_kernels_avx2_raw();
+#endif
+    return NULL;
+}
+
+static _Atomic(const ink_kernels *) active;
+static atomic_int use_int8;
+
+static const ink_kernels *best(void)
+{
+    const ink_kernels *k = ink_kernels_avx2();
+    if (!k) k = ink_kernels_neon();
+    return k ? k : &scalar_set;
+}
+
+const ink_kernels *ink_kernels_active(void)
+{
+    const ink_kernels *k = atomic_load(&active);
+    if (!k) {
+        k = best();
+        atomic_store(&active, k);
+    }
+    return k;
+}
+
+void ink_kernels_select(const ink_kernels *k) { atomic_store(&active, k ? k : best()); }
+void ink_kernels_set_int8(int on) { atomic_store(&use_int8, on ? 1 : 0); }
+int ink_kernels_int8(void) { return atomic_load(&use_int8); }
+
+/* ---- threaded driver ---------------------------------------------------------------------- */
+
+typedef struct mm_ctx {
+    const ink_kernels *k;
+    const ink_mat *W;
+    const float *x;
+    float *y;
+    int ldx, ldy, T, int8;
+} mm_ctx;
+
+static void mm_task(void *arg, int ith, int nth)
+{
+    mm_ctx *c = arg;
+    int R = c->W->rows;
+    /* split at multiples of 4 rows (tiles stay whole); the split never changes a result */
+    int r0 = ith ? (int)((long long)R * ith / nth) & ~3 : 0;
+    int r1 = ith + 1 < nth ? (int)((long long)R * (ith + 1) / nth) & ~3 : R;
+    if (r1 > r0) c->k->rows(c->W, c->x, c->ldx, c->T, c->y, c->ldy, r0, r1, c->int8);
+}
+
+void ink_matmul_k(const ink_kernels *k, ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y,
+                  int ldy)
+{
+    mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_kernels_int8()};
+    /* Small problems are not worth waking the workers. */
+    if ((long long)W->rows * W->cols * T < 32768) k->rows(W, x, ldx, T, y, ldy, 0, W->rows, c.int8);
+    else ink_pool_run(p, mm_task, &c);
+}
+
+void ink_matmul(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy)
+{
+    ink_matmul_k(ink_kernels_active(), p, W, x, ldx, T, y, ldy);
+}
+
+void ink_matmul_rows(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)
+{
+    scalar_rows(W, x, ldx, T, y, ldy, r0, r1, 0);
+}
+
+/* ---- probes ------------------------------------------------------------------------------- */
+
+double ink_avx2_read(const void *buf, size_t bytes);  /* kern_avx2.c: checksum of 8 interleaved streams */
+double ink_avx2_fma(long iters);                      /* kern_avx2.c: 10 chains x 8 lanes x iters FMAs */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double scalar_read(const void *buf, size_t bytes)
+{
+    const uint64_t *p = buf;
+    size_t n = bytes / 8 / 8;
+    uint64_t a[8] = {0};
+    for (size_t i = 0; i < n; i++)
+        for (int s = 0; s < 8; s++) a[s] += p[(size_t)s * n + i];
+    return (double)(a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7]);
+}
+
+typedef struct probe_ctx {
+    const uint8_t *buf;
+    size_t bytes;
+    long iters;
+    int avx2;
+    double sink[256];
+} probe_ctx;
+
+static void read_task(void *arg, int ith, int nth)
+{
+    probe_ctx *c = arg;
+    size_t per = c->bytes / (size_t)nth / 4096 * 4096;
+    const uint8_t *b = c->buf + per * (size_t)ith;
+    c->sink[ith & 255] += c->avx2 ? ink_avx2_read(b, per) : scalar_read(b, per);
+}
+
+double ink_probe_read(ink_pool *p, const void *buf, size_t bytes, int reps)
+{
+    probe_ctx c = {.buf = buf, .bytes = bytes, .avx2 = ink_kernels_active() == ink_kernels_avx2_raw()};
+    double best_bw = 0.0;
+    ink_pool_run(p, read_task, &c); /* warm-up: fault the pages in */
+    for (int r = 0; r < reps; r++) {
+        double t = now_s();
+        ink_pool_run(p, read_task, &c);
+        double dt = now_s() - t;
+        size_t per = bytes / (size_t)ink_pool_size(p) / 4096 * 4096;
+        double bw = (double)per * ink_pool_size(p) / dt / 1e9;
+        if (bw > best_bw) best_bw = bw;
+    }
+    return best_bw;
+}
+
+static void fma_task(void *arg, int ith, int nth)
+{
+    (void)nth;
+    probe_ctx *c = arg;
+    if (c->avx2) c->sink[ith & 255] += ink_avx2_fma(c->iters);
+    else {
+        float a[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        for (long i = 0; i < c->iters * 10; i++)
+            for (int j = 0; j < 8; j++) a[j] = a[j] * 0.9999999f + 1e-7f;
+        c->sink[ith & 255] += a[0];
+    }
+}
+
+double ink_probe_fma(ink_pool *p, double seconds)
+{
+    probe_ctx c = {.iters = 1000000, .avx2 = ink_kernels_active() == ink_kernels_avx2_raw()};
+    double t = now_s();
+    ink_pool_run(p, fma_task, &c);
+    double dt = now_s() - t;
+    c.iters = (long)((double)c.iters * seconds / (dt > 1e-6 ? dt : 1e-6));
+    if (c.iters < 1000) c.iters = 1000;
+    t = now_s();
+    ink_pool_run(p, fma_task, &c);
+    dt = now_s() - t;
+    return (double)c.iters * 10 * 8 * 2 * ink_pool_size(p) / dt / 1e9;
+}
+
+/* ---- norm, conv, activations -------------------------------------------------------------- */
 
 void ink_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 {

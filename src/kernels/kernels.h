@@ -1,8 +1,26 @@
 /*
- * kernels.h — compute kernels on f32 activations and f32/bf16/f16 weight views. No model
- * knowledge, no allocation, no threads of their own: matmuls split output rows over the model's
- * pool, and every output element is one dot product in a fixed order, so results do not depend on
- * the thread count.
+ * kernels.h — compute kernels on f32 activations and weight views (f32, bf16, f16, MLX affine
+ * 2/3/4/5/6/8-bit, NVFP4). No model knowledge, no allocation, no threads of their own: matmuls split
+ * output rows over the model's pool.
+ *
+ * Exactness contract. Every output element y[t][o] is computed by the same sequence of float
+ * operations whatever the number of rows T in the call, the thread count and the tile it lands in:
+ * eight lane accumulators walk the reduction axis in steps of 8 (quantized: group by group), are
+ * combined as ((l0+l4)+(l1+l5))+((l2+l6)+(l3+l7)), then the cols % 8 tail is added in order. Tiling
+ * over rows, tokens and (for prefill) the reduction axis only reorders independent elements or
+ * stores / reloads the lane accumulators, which is exact. So a verify of K rows gives per row the
+ * bits a decode of that row alone gives, and results do not depend on the thread count.
+ *
+ * Kernel sets ("tables"): a portable scalar set (the reference twin) and, where compiled and the
+ * CPU has it, AVX2+FMA+F16C (x86-64) or NEON (aarch64). The best available set is chosen once at
+ * first use (runtime CPU detection); ink_kernels_select overrides it process-wide (tests, bench).
+ * Sets agree within float rounding (FMA vs separate multiply-add), not bitwise; within one set the
+ * contract above holds.
+ *
+ * Integer activations: with ink_kernels_set_int8(1) the affine 4- and 8-bit paths quantize each
+ * activation row to int8 per block of 32 (symmetric, scale max|x|/127) and use integer dot products;
+ * that is ~3x faster on CPUs without fast f32 dequantization, at an activation error of ~1e-3
+ * relative. It is off by default (the f32 path matches a dequantized-f32 twin to 1e-6).
  */
 #ifndef INK_KERNELS_H
 #define INK_KERNELS_H
@@ -13,21 +31,64 @@
 #include <math.h>
 #include <stdint.h>
 
-/* A 2-D weight view [rows, cols] (row-major, `stride` elements between rows: an interleaved
- * gate/up tensor is two views with stride 2*cols). Never owns `data`. */
+/* Quantized view kinds (values above the safetensors dtype codes). */
+enum { INK_QT_AFFINE = 100, INK_QT_NVFP4 = 101 };
+
+/* A 2-D weight view [rows, cols]. Never owns its pointers.
+ *   float views: `stride` elements between consecutive rows (an interleaved gate/up tensor is two
+ *   views with stride 2*cols).
+ *   INK_QT_AFFINE: data = packed codes (formats.md §4.3), `stride` bytes between rows; `scales` and
+ *   `biases` of dtype `sdtype` (F32/BF16/F16), `sstride` elements between rows, one per `group`
+ *   input elements; w = scale * q + bias.
+ *   INK_QT_NVFP4: data = E2M1 nibble pairs (low nibble first), `stride` bytes between rows; `scales`
+ *   F8_E4M3 per 16 inputs (`sstride` elements between rows); w = e2m1 * e4m3 * gscale. */
 typedef struct ink_mat {
-    int dtype;          /* INK_DT_F32, INK_DT_BF16 or INK_DT_F16 */
+    int dtype;          /* INK_DT_F32, INK_DT_BF16, INK_DT_F16, INK_QT_AFFINE or INK_QT_NVFP4 */
     int rows, cols;
-    size_t stride;      /* elements between consecutive rows */
+    size_t stride;      /* between consecutive rows: elements (float views) or bytes (quantized) */
     const void *data;
+    int bits, group;    /* quantized: code width and group size */
+    int sdtype;         /* quantized: dtype of scales (and biases) */
+    size_t sstride;     /* quantized: scale elements between rows */
+    const void *scales, *biases;
+    float gscale;       /* NVFP4 per-matrix (per-expert) scale2; 1 otherwise */
 } ink_mat;
+
+/* Bytes of weight data a full pass over W reads (codes + scales + biases). */
+size_t ink_mat_bytes(const ink_mat *W);
+
+/* A kernel set. rows() computes y[t][o] for t < T, r0 <= o < r1 on the calling thread. */
+typedef struct ink_kernels {
+    const char *name; /* "scalar", "avx2", "neon" */
+    void (*rows)(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1, int int8);
+} ink_kernels;
+
+const ink_kernels *ink_kernels_scalar(void);
+const ink_kernels *ink_kernels_avx2(void);  /* NULL when not compiled in or the CPU lacks AVX2/FMA/F16C */
+const ink_kernels *ink_kernels_neon(void);  /* NULL when not compiled in */
+const ink_kernels *ink_kernels_active(void);
+void ink_kernels_select(const ink_kernels *k); /* NULL: back to the best available */
+void ink_kernels_set_int8(int on);             /* int8 activations for affine 4/8-bit weights */
+int ink_kernels_int8(void);
 
 /* y[t, o] = sum_i W[o, i] * x[t, i] for t < T, o < W->rows. x rows are ldx apart, y rows ldy. */
 void ink_matmul(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy);
-/* Same for a sub-range of output rows [r0, r1) on the calling thread (scalar-order reference). */
+/* The same with an explicit kernel set (tests and bench). */
+void ink_matmul_k(const ink_kernels *k, ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y,
+                  int ldy);
+/* A sub-range of output rows [r0, r1) on the calling thread with the scalar reference set. */
 void ink_matmul_rows(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1);
-/* Row `r` of W widened to f32. */
+/* Row `r` of W dequantized / widened to f32 (exact: the value the format defines). */
 void ink_mat_row(const ink_mat *W, int r, float *out);
+
+/* Format helpers shared by kernels, loaders and tests. */
+float ink_e2m1_to_f32(unsigned code);                            /* 4-bit E2M1 */
+unsigned ink_affine_code(const uint8_t *row, int j, int bits);  /* element j of a packed row */
+float ink_scale_at(const void *p, int dtype, size_t i);          /* F32/BF16/F16/F8_E4M3 element */
+
+/* Machine probes for the bench (no allocation; caller supplies buffers). */
+double ink_probe_read(ink_pool *p, const void *buf, size_t bytes, int reps); /* GB/s, 8 streams/thread */
+double ink_probe_fma(ink_pool *p, double seconds);                           /* GFLOPS of the active set */
 
 /* y = w * x / sqrt(mean(x^2) + eps) over n elements (w may be NULL: no weight). y may alias x. */
 void ink_rmsnorm(float *y, const float *x, const float *w, int n, float eps);

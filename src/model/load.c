@@ -41,21 +41,7 @@ static int is_float(int dt) { return dt == INK_DT_F32 || dt == INK_DT_BF16 || dt
 
 static int not_float(ink_tdir *td, const ink_tref *r, ink_err *err)
 {
-    char base[512];
-    snprintf(base, sizeof base, "%s", r->name);
-    char *dot = strrchr(base, '.');
-    if (dot) *dot = 0;
-    char sc[600];
-    snprintf(sc, sizeof sc, "%s.scales", base);
-    if (r->t->dtype == INK_DT_U32 && ink_tdir_find(td, sc))
-        return ink_err_set(err, INK_E_UNSUPPORTED,
-                           "tensor %s is MLX affine-quantized (U32 + scales); quantized checkpoints are not "
-                           "supported by this build yet", r->name);
-    snprintf(sc, sizeof sc, "%s.scale", r->name);
-    if (r->t->dtype == INK_DT_U8 && ink_tdir_find(td, sc))
-        return ink_err_set(err, INK_E_UNSUPPORTED,
-                           "tensor %s is NVFP4-quantized (U8 + F8_E4M3 scales); not supported by this build yet",
-                           r->name);
+    (void)td;
     return ink_err_set(err, INK_E_UNSUPPORTED, "tensor %s has dtype %s; expected F32, BF16 or F16", r->name,
                        ink_dtype_name(r->t->dtype));
 }
@@ -115,47 +101,172 @@ static int bind_scalar(ink_model *m, ink_tdir *td, const char *name, float *out,
     return rc;
 }
 
-/* A stack of `n` matrices [n, rows, cols] (n = 0: plain 2-D [rows, cols]). Returns the data base. */
-static const void *bind_stack(ink_model *m, ink_tdir *td, const char *name, int n, int rows, int cols, int *dtype,
-                              ink_err *err)
+/* ---- quantized tensors (formats.md §4, §3.2) ----------------------------------------------- */
+
+/* MLX module prefix of a weight tensor: name without ".weight" (stacked parameters such as
+ * mlp.experts.w13_weight are their own prefix). */
+static void quant_prefix(const char *name, char *out, size_t n)
+{
+    size_t l = strlen(name);
+    if (l > 7 && !strcmp(name + l - 7, ".weight")) snprintf(out, n, "%.*s", (int)(l - 7), name);
+    else snprintf(out, n, "%s", name);
+}
+
+/* A bound stack of n matrices (n = 0: one), as the view of matrix 0 plus per-matrix steps. */
+typedef struct stackv {
+    ink_mat m;            /* matrix 0, all its rows */
+    size_t rowb;          /* bytes between rows of data */
+    size_t estep_b;       /* bytes between matrices (data) */
+    size_t estep_s;       /* elements between matrices (scales / biases) */
+    const float *gscale;  /* NVFP4: per-matrix scale2 [n], else NULL */
+} stackv;
+
+static int dims_ok(const ink_st_tensor *t, int n, int64_t rows, int64_t cols)
+{
+    return n ? (t->ndim == 3 && t->shape[0] == n && t->shape[1] == rows && t->shape[2] == cols)
+             : (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols);
+}
+
+static int shape_err(ink_err *err, const ink_st_tensor *t, const char *name, const char *what, int n, int64_t rows,
+                     int64_t cols)
+{
+    char b[96];
+    if (n)
+        return ink_err_set(err, INK_E_FORMAT, "tensor %s: expected %sshape [%d, %lld, %lld] from config.json, found %s",
+                           name, what, n, (long long)rows, (long long)cols, shape_str(t, b, sizeof b));
+    return ink_err_set(err, INK_E_FORMAT, "tensor %s: expected %sshape [%lld, %lld] from config.json, found %s", name,
+                       what, (long long)rows, (long long)cols, shape_str(t, b, sizeof b));
+}
+
+/* MLX affine: P.weight U32 [.., rows, cols*b/32], P.scales / P.biases [.., rows, cols/gs]; b and gs from
+ * the shapes (formats.md §4.9). */
+static int bind_affine(ink_model *m, ink_tdir *td, const ink_tref *r, const ink_tref *rs, const char *pfx, int n,
+                       int rows, int cols, stackv *out, ink_err *err)
+{
+    const ink_st_tensor *t = r->t, *ts = rs->t;
+    char bn[600];
+    snprintf(bn, sizeof bn, "%s.biases", pfx);
+    const ink_tref *rb = ink_tdir_find(td, bn);
+    if (t->dtype != INK_DT_U32)
+        return ink_err_set(err, INK_E_FORMAT, "tensor %s: has %s.scales, so it must be U32 (MLX packed), found %s",
+                           r->name, pfx, ink_dtype_name(t->dtype));
+    if (!is_float(ts->dtype) || !rb)
+        return ink_err_set(err, INK_E_UNSUPPORTED,
+                           "tensor %s: scales of dtype %s%s; only MLX affine (float scales and biases) is supported",
+                           r->name, ink_dtype_name(ts->dtype), rb ? "" : " without biases (an MLX fp mode)");
+    int nd = t->ndim;
+    if (nd < 2 || ts->ndim != nd || rb->t->ndim != nd || ts->dtype != rb->t->dtype)
+        return ink_err_set(err, INK_E_FORMAT, "tensor %s: weight, scales and biases ranks or dtypes disagree", r->name);
+    int64_t pw = t->shape[nd - 1], G = ts->shape[nd - 1];
+    int bits = (int)(pw * 32 / cols), gs = G ? (int)(cols / G) : 0;
+    if (pw * 32 % cols || bits < 2 || bits > 8 || bits == 7 || !G || cols % G || (gs != 32 && gs != 64 && gs != 128))
+        return ink_err_set(err, INK_E_FORMAT,
+                           "tensor %s: packed width %lld and %lld groups do not give a valid MLX affine layout for %d "
+                           "inputs (bits 2,3,4,5,6,8; group 32, 64, 128)",
+                           r->name, (long long)pw, (long long)G, cols);
+    if (!dims_ok(t, n, rows, pw)) return shape_err(err, t, r->name, "packed ", n, rows, pw);
+    if (!dims_ok(ts, n, rows, G)) return shape_err(err, ts, rs->name, "", n, rows, G);
+    for (int i = 0; i < nd; i++)
+        if (rb->t->shape[i] != ts->shape[i]) return shape_err(err, rb->t, rb->name, "", n, rows, G);
+    const void *d = tensor_data(m, td, r, err), *s = d ? tensor_data(m, td, rs, err) : NULL;
+    const void *b = s ? tensor_data(m, td, rb, err) : NULL;
+    if (!b) return err->code;
+    memset(out, 0, sizeof *out);
+    out->m = (ink_mat){.dtype = INK_QT_AFFINE, .rows = rows, .cols = cols, .stride = (size_t)pw * 4, .data = d,
+                       .bits = bits, .group = gs, .sdtype = ts->dtype, .sstride = (size_t)G, .scales = s, .biases = b,
+                       .gscale = 1.0f};
+    out->rowb = (size_t)pw * 4;
+    out->estep_b = (size_t)rows * pw * 4;
+    out->estep_s = (size_t)rows * G;
+    return INK_OK;
+}
+
+/* NVFP4 (ModelOpt): X U8 [n, rows, cols/2], X.scale F8_E4M3 [n, rows, cols/16], X.scale2 F32 [n]. */
+static int bind_nvfp4(ink_model *m, ink_tdir *td, const ink_tref *r, const ink_tref *rs, int n, int rows, int cols,
+                      stackv *out, ink_err *err)
+{
+    char s2[600];
+    snprintf(s2, sizeof s2, "%s.scale2", r->name);
+    const ink_tref *r2 = ink_tdir_find(td, s2);
+    if (r->t->dtype != INK_DT_U8 || rs->t->dtype != INK_DT_F8_E4M3 || !r2 || r2->t->dtype != INK_DT_F32)
+        return ink_err_set(err, INK_E_FORMAT,
+                           "tensor %s: NVFP4 needs U8 codes, F8_E4M3 %s.scale and F32 %s.scale2 (found %s, %s, %s)",
+                           r->name, r->name, r->name, ink_dtype_name(r->t->dtype), ink_dtype_name(rs->t->dtype),
+                           r2 ? ink_dtype_name(r2->t->dtype) : "missing");
+    if (cols % 16) return ink_err_set(err, INK_E_FORMAT, "tensor %s: NVFP4 needs a multiple of 16 inputs", r->name);
+    if (!dims_ok(r->t, n, rows, cols / 2)) return shape_err(err, r->t, r->name, "packed ", n, rows, cols / 2);
+    if (!dims_ok(rs->t, n, rows, cols / 16)) return shape_err(err, rs->t, rs->name, "", n, rows, cols / 16);
+    int cnt = n ? n : 1;
+    if (ink_st_numel(r2->t) != cnt)
+        return ink_err_set(err, INK_E_FORMAT, "tensor %s: expected %d scale2 values, found %lld", r2->name, cnt,
+                           (long long)ink_st_numel(r2->t));
+    float *g2;
+    int rc = ink_bind_vec(m, td, r2->name, cnt, &g2, err);
+    if (rc) return rc;
+    const void *d = tensor_data(m, td, r, err), *s = d ? tensor_data(m, td, rs, err) : NULL;
+    if (!s) return err->code;
+    memset(out, 0, sizeof *out);
+    out->m = (ink_mat){.dtype = INK_QT_NVFP4, .rows = rows, .cols = cols, .stride = (size_t)cols / 2, .data = d,
+                       .bits = 4, .group = 16, .sdtype = INK_DT_F8_E4M3, .sstride = (size_t)cols / 16, .scales = s,
+                       .gscale = g2[0]};
+    out->rowb = (size_t)cols / 2;
+    out->estep_b = (size_t)rows * cols / 2;
+    out->estep_s = (size_t)rows * cols / 16;
+    out->gscale = g2;
+    return INK_OK;
+}
+
+/* A stack of `n` matrices [n, rows, cols] (n = 0: plain 2-D [rows, cols]): float, MLX affine (when
+ * <prefix>.scales exists) or NVFP4 (when <name>.scale exists). */
+static int bind_stack(ink_model *m, ink_tdir *td, const char *name, int n, int rows, int cols, stackv *out, ink_err *err)
 {
     const ink_tref *r = need(td, name, err);
-    if (!r) return NULL;
-    if (!is_float(r->t->dtype)) {
-        not_float(td, r, err);
-        return NULL;
+    if (!r) return err->code;
+    char pfx[512], sn[600];
+    quant_prefix(name, pfx, sizeof pfx);
+    snprintf(sn, sizeof sn, "%s.scales", pfx);
+    const ink_tref *rs = ink_tdir_find(td, sn);
+    if (rs) return bind_affine(m, td, r, rs, pfx, n, rows, cols, out, err);
+    snprintf(sn, sizeof sn, "%s.scale", name);
+    if ((rs = ink_tdir_find(td, sn))) return bind_nvfp4(m, td, r, rs, n, rows, cols, out, err);
+    if (!is_float(r->t->dtype)) return not_float(td, r, err);
+    if (!dims_ok(r->t, n, rows, cols)) return shape_err(err, r->t, name, "", n, rows, cols);
+    const void *d = tensor_data(m, td, r, err);
+    if (!d) return err->code;
+    size_t es = r->t->dtype == INK_DT_F32 ? 4 : 2;
+    memset(out, 0, sizeof *out);
+    out->m = (ink_mat){.dtype = r->t->dtype, .rows = rows, .cols = cols, .stride = (size_t)cols, .data = d,
+                       .gscale = 1.0f};
+    out->rowb = (size_t)cols * es;
+    out->estep_b = (size_t)rows * cols * es;
+    return INK_OK;
+}
+
+/* Rows row0, row0 + step, ... (nrows of them) of matrix e of a stack. */
+static ink_mat sub(const stackv *s, int e, int row0, int nrows, int step)
+{
+    ink_mat v = s->m;
+    int q = v.dtype == INK_QT_AFFINE || v.dtype == INK_QT_NVFP4;
+    v.rows = nrows;
+    v.data = (const uint8_t *)v.data + (size_t)e * s->estep_b + (size_t)row0 * s->rowb;
+    v.stride *= (size_t)step;
+    if (q) {
+        size_t so = (size_t)e * s->estep_s + (size_t)row0 * v.sstride;
+        size_t es = v.sdtype == INK_DT_F32 ? 4 : v.sdtype == INK_DT_F8_E4M3 ? 1 : 2;
+        v.scales = (const uint8_t *)v.scales + so * es;
+        if (v.biases) v.biases = (const uint8_t *)v.biases + so * es;
+        v.sstride *= (size_t)step;
     }
-    const ink_st_tensor *t = r->t;
-    int ok = n ? (t->ndim == 3 && t->shape[0] == n && t->shape[1] == rows && t->shape[2] == cols)
-               : (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols);
-    if (!ok) {
-        char b[96];
-        if (n)
-            ink_err_set(err, INK_E_FORMAT, "tensor %s: expected shape [%d, %d, %d] from config.json, found %s", name, n,
-                        rows, cols, shape_str(t, b, sizeof b));
-        else
-            ink_err_set(err, INK_E_FORMAT, "tensor %s: expected shape [%d, %d] from config.json, found %s", name, rows,
-                        cols, shape_str(t, b, sizeof b));
-        return NULL;
-    }
-    *dtype = t->dtype;
-    return tensor_data(m, td, r, err);
+    if (s->gscale) v.gscale = s->gscale[e];
+    return v;
 }
 
 int ink_bind_mat(ink_model *m, ink_tdir *td, const char *name, int rows, int cols, ink_mat *out, ink_err *err)
 {
-    int dt;
-    const void *d = bind_stack(m, td, name, 0, rows, cols, &dt, err);
-    if (!d) return err ? err->code : INK_E_FORMAT;
-    *out = (ink_mat){dt, rows, cols, (size_t)cols, d};
-    return INK_OK;
-}
-
-static size_t esize(int dt) { return dt == INK_DT_F32 ? 4 : 2; }
-
-static ink_mat view(int dt, const void *base, size_t elem_off, int rows, int cols, size_t stride)
-{
-    return (ink_mat){dt, rows, cols, stride, (const uint8_t *)base + elem_off * esize(dt)};
+    stackv s;
+    int rc = bind_stack(m, td, name, 0, rows, cols, &s, err);
+    if (!rc) *out = s.m;
+    return rc;
 }
 
 /* Conv taps [C,1,K] (torch), [C,K,1] (MLX) or [C,K] -> f32 [C][K]. */
@@ -201,42 +312,35 @@ static int bind_named(ink_model *m, ink_tdir *td, const char *prefix, const char
     }
 }
 
-/* gate/up/down of a stack of n SwiGLUs (n = 0: one dense MLP) of width I. */
+/* gate/up/down of a stack of n SwiGLUs (n = 0: one dense MLP) of width I. Row selections (interleave,
+ * half split, expert slice) apply to codes, scales and biases alike (formats.md §4.2). */
 static int bind_ffn(ink_model *m, ink_tdir *td, const char *prefix, int n, int I, int H, const char *const *fused_il,
                     const char *const *fused_half, const char *const *gate, const char *const *up,
                     const char *const *down, ink_ffn_w *out, ink_err *err)
 {
     char name[512];
-    int cnt = n ? n : 1, dt;
-    const void *base;
+    int cnt = n ? n : 1, rc;
+    stackv s;
     int il = find_suffix(td, prefix, fused_il, name, sizeof name) >= 0;
     int half = !il && fused_half[0] && find_suffix(td, prefix, fused_half, name, sizeof name) >= 0;
     int split = !il && !half && find_suffix(td, prefix, gate, name, sizeof name) >= 0;
     if (il || !(half || split)) { /* release layout: even rows gate, odd rows up */
         find_suffix(td, prefix, fused_il, name, sizeof name);
-        if (!(base = bind_stack(m, td, name, n, 2 * I, H, &dt, err))) return err->code;
-        for (int e = 0; e < cnt; e++) {
-            size_t off = (size_t)e * 2 * I * H;
-            out[e].gate = view(dt, base, off, I, H, 2 * (size_t)H);
-            out[e].up = view(dt, base, off + (size_t)H, I, H, 2 * (size_t)H);
-        }
+        if ((rc = bind_stack(m, td, name, n, 2 * I, H, &s, err))) return rc;
+        for (int e = 0; e < cnt; e++) out[e].gate = sub(&s, e, 0, I, 2), out[e].up = sub(&s, e, 1, I, 2);
     } else if (half) { /* HF gate_up_proj: first half gate, second half up */
-        if (!(base = bind_stack(m, td, name, n, 2 * I, H, &dt, err))) return err->code;
-        for (int e = 0; e < cnt; e++) {
-            size_t off = (size_t)e * 2 * I * H;
-            out[e].gate = view(dt, base, off, I, H, (size_t)H);
-            out[e].up = view(dt, base, off + (size_t)I * H, I, H, (size_t)H);
-        }
+        if ((rc = bind_stack(m, td, name, n, 2 * I, H, &s, err))) return rc;
+        for (int e = 0; e < cnt; e++) out[e].gate = sub(&s, e, 0, I, 1), out[e].up = sub(&s, e, I, I, 1);
     } else { /* pre-split gate_proj / up_proj */
-        if (!(base = bind_stack(m, td, name, n, I, H, &dt, err))) return err->code;
-        for (int e = 0; e < cnt; e++) out[e].gate = view(dt, base, (size_t)e * I * H, I, H, (size_t)H);
+        if ((rc = bind_stack(m, td, name, n, I, H, &s, err))) return rc;
+        for (int e = 0; e < cnt; e++) out[e].gate = sub(&s, e, 0, I, 1);
         find_suffix(td, prefix, up, name, sizeof name);
-        if (!(base = bind_stack(m, td, name, n, I, H, &dt, err))) return err->code;
-        for (int e = 0; e < cnt; e++) out[e].up = view(dt, base, (size_t)e * I * H, I, H, (size_t)H);
+        if ((rc = bind_stack(m, td, name, n, I, H, &s, err))) return rc;
+        for (int e = 0; e < cnt; e++) out[e].up = sub(&s, e, 0, I, 1);
     }
     find_suffix(td, prefix, down, name, sizeof name);
-    if (!(base = bind_stack(m, td, name, n, H, I, &dt, err))) return err->code;
-    for (int e = 0; e < cnt; e++) out[e].down = view(dt, base, (size_t)e * H * I, H, I, (size_t)I);
+    if ((rc = bind_stack(m, td, name, n, H, I, &s, err))) return rc;
+    for (int e = 0; e < cnt; e++) out[e].down = sub(&s, e, 0, H, 1);
     return INK_OK;
 }
 

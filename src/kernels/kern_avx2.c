@@ -1,0 +1,451 @@
+/* kern_avx2.c — the AVX2 + FMA + F16C kernel set (x86-64). Compiled for those extensions with a
+ * target pragma and only called after the runtime CPU check in kernels.c.
+ *
+ * Tiles: float views 4 rows x 3 tokens, affine/NVFP4 2 rows x 4 tokens, int8 path 1 row x 4 tokens;
+ * for T > 16 (prefill) the float and quantized paths also block the reduction axis (512) and keep
+ * the lane accumulators in a stack buffer between blocks. Per element the operation sequence is the
+ * one of kernels.h (lanes in k order, fixed combination, ordered tail), whatever the tiling. */
+#if defined(__x86_64__) && defined(__GNUC__)
+
+#pragma GCC target("avx2,fma,f16c")
+
+#include "kernels/kern_impl.h"
+
+#include "load/safetensors.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+
+AI float hsum8(__m256 a)
+{
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)); /* l0+l4 .. l3+l7 */
+    __m128 h = _mm_hadd_ps(s4, s4);                                                   /* (01) (23) */
+    return _mm_cvtss_f32(h) + _mm_cvtss_f32(_mm_shuffle_ps(h, h, 1));
+}
+
+AI float scale_at(const void *p, int dt, size_t i)
+{
+    if (dt == INK_DT_BF16) return ink_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (dt == INK_DT_F16) return _cvtsh_ss(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* ---- float views -------------------------------------------------------------------------- */
+
+AI __m256 ldw(int dt, const void *p, size_t off)
+{
+    if (dt == INK_DT_F32) return _mm256_loadu_ps((const float *)p + off);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + off));
+    if (dt == INK_DT_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+/* acc[r*4+t] += W[r][k0..k1) . x[t][k0..k1), lanes */
+AI void ftile(const int dt, const void *w, size_t ldw_, const float *x, size_t ldx, int k0, int k1, __m256 *acc,
+              const int NR, const int NT)
+{
+    __m256 a[4][3];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 3
+        for (int t = 0; t < NT; t++) a[r][t] = acc[r * 4 + t];
+    for (int k = k0; k < k1; k += 8) {
+        __m256 wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) wv[r] = ldw(dt, w, (size_t)r * ldw_ + (size_t)k);
+#pragma GCC unroll 3
+        for (int t = 0; t < NT; t++) {
+            __m256 xv = _mm256_loadu_ps(x + (size_t)t * ldx + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) a[r][t] = _mm256_fmadd_ps(wv[r], xv, a[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 3
+        for (int t = 0; t < NT; t++) acc[r * 4 + t] = a[r][t];
+}
+
+#define FT_CASES(DT)                                                                                              \
+    switch (nr * 4 + nt) {                                                                                        \
+    case 5: ftile(DT, w, ldw_, x, ldx, k0, k1, acc, 1, 1); break;                                                 \
+    case 6: ftile(DT, w, ldw_, x, ldx, k0, k1, acc, 1, 2); break;                                                 \
+    case 7: ftile(DT, w, ldw_, x, ldx, k0, k1, acc, 1, 3); break;                                                 \
+    case 9: ftile(DT, w, ldw_, x, ldx, k0, k1, acc, 2, 1); break;                                                 \
+    case 10: ftile(DT, w, ldw_, x, ldx, k0, k1, acc, 2, 2); break;                                                \
+    case 11: ftile(DT, w, ldw_, x, ldx, k0, k1, acc, 2, 3); break;                                                \
+    case 13: ftile(DT, w, ldw_, x, ldx, k0, k1, acc, 3, 1); break;                                                \
+    case 14: ftile(DT, w, ldw_, x, ldx, k0, k1, acc, 3, 2); break;                                                \
+    case 15: ftile(DT, w, ldw_, x, ldx, k0, k1, acc, 3, 3); break;                                                \
+    case 17: ftile(DT, w, ldw_, x, ldx, k0, k1, acc, 4, 1); break;                                                \
+    case 18: ftile(DT, w, ldw_, x, ldx, k0, k1, acc, 4, 2); break;                                                \
+    default: ftile(DT, w, ldw_, x, ldx, k0, k1, acc, 4, 3); break;                                                \
+    }
+
+static void ftile_f32(const void *w, size_t ldw_, const float *x, size_t ldx, int k0, int k1, __m256 *acc, int nr, int nt)
+{
+    FT_CASES(INK_DT_F32)
+}
+static void ftile_bf16(const void *w, size_t ldw_, const float *x, size_t ldx, int k0, int k1, __m256 *acc, int nr, int nt)
+{
+    FT_CASES(INK_DT_BF16)
+}
+static void ftile_f16(const void *w, size_t ldw_, const float *x, size_t ldx, int k0, int k1, __m256 *acc, int nr, int nt)
+{
+    FT_CASES(INK_DT_F16)
+}
+
+/* ---- quantized views (f32 activations) ---------------------------------------------------- */
+
+/* 8 codes of a packed row starting at element c (c % 8 == 0): 8 elements = `bits` bytes. */
+AI __m256i codes8(const int bits, const uint8_t *row, int c)
+{
+    const uint8_t *p = row + (size_t)c * bits / 8;
+    if (bits == 8) return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    if (bits == 4) {
+        uint32_t u;
+        memcpy(&u, p, 4);
+        __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32((int)u), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+        return _mm256_and_si256(v, _mm256_set1_epi32(15));
+    }
+    if (bits == 2) {
+        uint16_t u;
+        memcpy(&u, p, 2);
+        __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(u), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+        return _mm256_and_si256(v, _mm256_set1_epi32(3));
+    }
+    uint64_t u = 0;
+    memcpy(&u, p, (size_t)bits);
+    uint32_t w0 = (uint32_t)u, w1 = (uint32_t)(u >> (4 * bits));
+    __m256i v = _mm256_setr_epi32((int)w0, (int)w0, (int)w0, (int)w0, (int)w1, (int)w1, (int)w1, (int)w1);
+    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, bits, 2 * bits, 3 * bits, 0, bits, 2 * bits, 3 * bits));
+    return _mm256_and_si256(v, _mm256_set1_epi32((1 << bits) - 1));
+}
+
+/* acc[r*4+t] over groups [g0, g1) of rows r0..r0+NR-1 (affine) */
+AI void qtile(const int bits, const ink_mat *W, int r0, const float *x, size_t ldx, int g0, int g1, __m256 *acc,
+              const int NR, const int NT)
+{
+    __m256 a[2][4];
+    const uint8_t *row[2];
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++) {
+        row[r] = (const uint8_t *)W->data + (size_t)(r0 + r) * W->stride;
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) a[r][t] = acc[r * 4 + t];
+    }
+    int gs = W->group;
+    for (int g = g0; g < g1; g++) {
+        __m256 s[2], b[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++) {
+            size_t gi = (size_t)(r0 + r) * W->sstride + (size_t)g;
+            s[r] = _mm256_set1_ps(scale_at(W->scales, W->sdtype, gi));
+            b[r] = _mm256_set1_ps(scale_at(W->biases, W->sdtype, gi));
+        }
+        for (int c = g * gs; c < (g + 1) * gs; c += 8) {
+            __m256 wv[2];
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++) wv[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(codes8(bits, row[r], c)), s[r], b[r]);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m256 xv = _mm256_loadu_ps(x + (size_t)t * ldx + c);
+#pragma GCC unroll 2
+                for (int r = 0; r < NR; r++) a[r][t] = _mm256_fmadd_ps(wv[r], xv, a[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[r * 4 + t] = a[r][t];
+}
+
+/* NVFP4: 16-element blocks, w = e2m1 * e4m3 (exact); gscale is applied to the finished sum. */
+AI void ntile(const ink_mat *W, int r0, const float *x, size_t ldx, int g0, int g1, __m256 *acc, const int NR,
+              const int NT)
+{
+    const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    __m256 a[2][4];
+    const uint8_t *row[2];
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++) {
+        row[r] = (const uint8_t *)W->data + (size_t)(r0 + r) * W->stride;
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) a[r][t] = acc[r * 4 + t];
+    }
+    for (int g = g0; g < g1; g++) {
+        __m256 tb[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++)
+            tb[r] = _mm256_mul_ps(mag, _mm256_set1_ps(ink_e4m3_to_f32(
+                                           ((const uint8_t *)W->scales)[(size_t)(r0 + r) * W->sstride + (size_t)g])));
+        for (int c = g * 16; c < g * 16 + 16; c += 8) {
+            __m256 wv[2];
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++) {
+                __m256i q = codes8(4, row[r], c);
+                __m256 m = _mm256_permutevar8x32_ps(tb[r], q);
+                __m256i sg = _mm256_slli_epi32(_mm256_and_si256(q, _mm256_set1_epi32(8)), 28);
+                wv[r] = _mm256_xor_ps(m, _mm256_castsi256_ps(sg));
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m256 xv = _mm256_loadu_ps(x + (size_t)t * ldx + c);
+#pragma GCC unroll 2
+                for (int r = 0; r < NR; r++) a[r][t] = _mm256_fmadd_ps(wv[r], xv, a[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[r * 4 + t] = a[r][t];
+}
+
+#define QT_CASES(CALL)                                                                                            \
+    switch (nr * 4 + nt) {                                                                                        \
+    case 5: CALL(1, 1); break;                                                                                    \
+    case 6: CALL(1, 2); break;                                                                                    \
+    case 7: CALL(1, 3); break;                                                                                    \
+    case 8: CALL(1, 4); break;                                                                                    \
+    case 9: CALL(2, 1); break;                                                                                    \
+    case 10: CALL(2, 2); break;                                                                                   \
+    case 11: CALL(2, 3); break;                                                                                   \
+    default: CALL(2, 4); break;                                                                                   \
+    }
+
+#define Q_FN(B)                                                                                                   \
+    static void qtile_##B(const ink_mat *W, int r0, const float *x, size_t ldx, int g0, int g1, __m256 *acc,     \
+                          int nr, int nt)                                                                         \
+    {                                                                                                             \
+        QT_CASES(QC_##B)                                                                                          \
+    }
+#define QC_2(NR_, NT_) qtile(2, W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+#define QC_3(NR_, NT_) qtile(3, W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+#define QC_4(NR_, NT_) qtile(4, W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+#define QC_5(NR_, NT_) qtile(5, W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+#define QC_6(NR_, NT_) qtile(6, W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+#define QC_8(NR_, NT_) qtile(8, W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+#define QC_N(NR_, NT_) ntile(W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+Q_FN(2)
+Q_FN(3)
+Q_FN(4)
+Q_FN(5)
+Q_FN(6)
+Q_FN(8)
+Q_FN(N)
+
+typedef void (*qtile_fn)(const ink_mat *W, int r0, const float *x, size_t ldx, int g0, int g1, __m256 *acc, int nr,
+                         int nt);
+
+static qtile_fn pick_q(const ink_mat *W)
+{
+    if (W->dtype == INK_QT_NVFP4) return qtile_N;
+    switch (W->bits) {
+    case 2: return qtile_2;
+    case 3: return qtile_3;
+    case 4: return qtile_4;
+    case 5: return qtile_5;
+    case 6: return qtile_6;
+    default: return qtile_8;
+    }
+}
+
+/* ---- the driver (float and quantized, f32 activations) ------------------------------------ */
+
+#define KC 512  /* reduction block for T > 16 */
+#define RBLK 32 /* rows per block for T > 16 */
+#define TBLK 48 /* tokens per block for T > 16 */
+
+static float tail_dot(const ink_mat *W, int o, const float *xt, int k0)
+{
+    float s = 0.0f;
+    for (int i = k0; i < W->cols; i++) {
+        size_t off = (size_t)o * W->stride + (size_t)i;
+        float w = W->dtype == INK_DT_F32    ? ((const float *)W->data)[off]
+                  : W->dtype == INK_DT_BF16 ? ink_bf16_to_f32(((const uint16_t *)W->data)[off])
+                                            : _cvtsh_ss(((const uint16_t *)W->data)[off]);
+        s += w * xt[i];
+    }
+    return s;
+}
+
+static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1);
+
+static void avx2_rows(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1, int int8)
+{
+    if (int8 && ink_int8_ok(W)) {
+        rows_int8(W, x, ldx, T, y, ldy, r0, r1);
+        return;
+    }
+    int quant = W->dtype == INK_QT_AFFINE || W->dtype == INK_QT_NVFP4;
+    int K = W->cols, K8 = K & ~7, gs = W->dtype == INK_QT_NVFP4 ? 16 : W->group;
+    int TR = quant ? 2 : 4, TT = quant ? 4 : 3; /* register tile */
+    qtile_fn qf = quant ? pick_q(W) : NULL;
+    void (*ff)(const void *, size_t, const float *, size_t, int, int, __m256 *, int, int) =
+        W->dtype == INK_DT_F32 ? ftile_f32 : W->dtype == INK_DT_BF16 ? ftile_bf16 : ftile_f16;
+    size_t es = W->dtype == INK_DT_F32 ? 4 : 2;
+    int big = T > 16;
+    int kc = big ? KC : K8, rblk = big ? RBLK : r1 - r0, tblk = big ? TBLK : T;
+    __m256 buf[RBLK / 2][TBLK / 3][16]; /* big: lane accumulators of a [RBLK x TBLK] block, per tile */
+    for (int tb = 0; tb < T; tb += tblk) {
+        int tn = T - tb < tblk ? T - tb : tblk;
+        for (int rb = r0; rb < r1; rb += rblk) {
+            int rn = r1 - rb < rblk ? r1 - rb : rblk;
+            for (int k0 = 0; k0 < K8 || k0 == 0; k0 += kc) {
+                int k1 = k0 + kc < K8 ? k0 + kc : K8;
+                int first = k0 == 0, last = k1 >= K8;
+                for (int r = rb; r < rb + rn; r += TR) {
+                    int nr = rb + rn - r < TR ? rb + rn - r : TR;
+                    for (int t = tb; t < tb + tn; t += TT) {
+                        int nt = tb + tn - t < TT ? tb + tn - t : TT;
+                        __m256 acc_local[16];
+                        __m256 *acc = big ? buf[(r - rb) / TR][(t - tb) / TT] : acc_local;
+                        if (first)
+                            for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
+                        if (k1 > k0) {
+                            if (quant) qf(W, r, x + (size_t)t * ldx, (size_t)ldx, k0 / gs, k1 / gs, acc, nr, nt);
+                            else ff((const uint8_t *)W->data + (size_t)r * W->stride * es, W->stride,
+                                    x + (size_t)t * ldx, (size_t)ldx, k0, k1, acc, nr, nt);
+                        }
+                        if (!last) continue;
+                        for (int i = 0; i < nr; i++)
+                            for (int j = 0; j < nt; j++) {
+                                const float *xt = x + (size_t)(t + j) * ldx;
+                                float s = hsum8(acc[i * 4 + j]);
+                                if (!quant && K8 < K) s += tail_dot(W, r + i, xt, K8);
+                                if (W->dtype == INK_QT_NVFP4) s *= W->gscale;
+                                y[(size_t)(t + j) * ldy + r + i] = s;
+                            }
+                    }
+                }
+                if (K8 == 0) break;
+            }
+        }
+    }
+}
+
+/* ---- int8 activations (affine 4 / 8 bit) -------------------------------------------------- */
+
+AI __m256i codes32(const int bits, const uint8_t *row, int c)
+{
+    if (bits == 8) return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(row + c)), _mm256_set1_epi8((char)0x80));
+    __m128i v = _mm_loadu_si128((const __m128i *)(row + c / 2));
+    __m128i m = _mm_set1_epi8(15);
+    __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+    return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+}
+
+AI __m256i idot(const int bits, __m256i code, __m256i q)
+{
+    __m256i p;
+    if (bits == 8) p = _mm256_maddubs_epi16(_mm256_abs_epi8(code), _mm256_sign_epi8(q, code));
+    else p = _mm256_maddubs_epi16(code, q);
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+AI void i8tile(const int bits, const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int ldy, const int NT)
+{
+    const uint8_t *row = (const uint8_t *)W->data + (size_t)o * W->stride;
+    int K = W->cols, gs = W->group;
+    __m256 acc[4];
+    float bsum[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps(), bsum[t] = 0.0f;
+    for (int g = 0; g < K / gs; g++) {
+        size_t gi = (size_t)o * W->sstride + (size_t)g;
+        float s = scale_at(W->scales, W->sdtype, gi), b = scale_at(W->biases, W->sdtype, gi);
+        if (bits == 8) b = b + 128.0f * s;
+        __m256 gl[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) gl[t] = _mm256_setzero_ps();
+        for (int c = g * gs; c < (g + 1) * gs; c += 32) {
+            _mm_prefetch((const char *)row + (size_t)(c + 1024) * bits / 8, _MM_HINT_T0);
+            __m256i code = codes32(bits, row, c);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m256i q = _mm256_loadu_si256((const __m256i *)(qx->q[t0 + t] + c));
+                __m256 li = _mm256_cvtepi32_ps(idot(bits, code, q));
+                gl[t] = _mm256_fmadd_ps(li, _mm256_set1_ps(qx->d[t0 + t][c / 32]), gl[t]);
+            }
+        }
+        __m256 sv = _mm256_set1_ps(s);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            float xsg = qx->xs[t0 + t][g * gs / 32];
+            for (int c = g * gs + 32; c < (g + 1) * gs; c += 32) xsg += qx->xs[t0 + t][c / 32];
+            acc[t] = _mm256_fmadd_ps(gl[t], sv, acc[t]);
+            bsum[t] += b * xsg;
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o] = hsum8(acc[t]) + bsum[t];
+}
+
+#define I8_FN(B)                                                                                                  \
+    static void i8tile_##B(const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int ldy, int nt)          \
+    {                                                                                                             \
+        switch (nt) {                                                                                             \
+        case 1: i8tile(B, W, o, qx, t0, y, ldy, 1); break;                                                        \
+        case 2: i8tile(B, W, o, qx, t0, y, ldy, 2); break;                                                        \
+        case 3: i8tile(B, W, o, qx, t0, y, ldy, 3); break;                                                        \
+        default: i8tile(B, W, o, qx, t0, y, ldy, 4); break;                                                       \
+        }                                                                                                         \
+    }
+I8_FN(4)
+I8_FN(8)
+
+static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)
+{
+    ink_qx qx; /* 320 KiB on the stack: no allocation on the hot path */
+    void (*f)(const ink_mat *, int, const ink_qx *, int, float *, int, int) = W->bits == 8 ? i8tile_8 : i8tile_4;
+    for (int t0 = 0; t0 < T; t0 += INK_QX_TILE) {
+        int nt = T - t0 < INK_QX_TILE ? T - t0 : INK_QX_TILE;
+        ink_qx_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols);
+        for (int o = r0; o < r1; o++)
+            for (int t = 0; t < nt; t += 4) f(W, o, &qx, t, y + (size_t)(t0 + t) * ldy, ldy, nt - t < 4 ? nt - t : 4);
+    }
+}
+
+static const ink_kernels avx2_set = {"avx2", avx2_rows};
+
+const ink_kernels *ink_kernels_avx2_raw(void) { return &avx2_set; }
+
+/* ---- probes ------------------------------------------------------------------------------- */
+
+double ink_avx2_read(const void *buf, size_t bytes);
+double ink_avx2_fma(long iters);
+
+double ink_avx2_read(const void *buf, size_t bytes)
+{
+    size_t n = bytes / 8 / 32; /* 32-byte vectors per stream */
+    const __m256i *p = buf;
+    __m256i a[8];
+    for (int s = 0; s < 8; s++) a[s] = _mm256_setzero_si256();
+    for (size_t i = 0; i < n; i += 2)
+        for (int s = 0; s < 8; s++) {
+            a[s] = _mm256_add_epi64(a[s], _mm256_load_si256(p + (size_t)s * n + i));
+            a[s] = _mm256_add_epi64(a[s], _mm256_load_si256(p + (size_t)s * n + i + 1));
+        }
+    __m256i t = _mm256_setzero_si256();
+    for (int s = 0; s < 8; s++) t = _mm256_xor_si256(t, a[s]);
+    return (double)_mm256_extract_epi64(t, 0);
+}
+
+double ink_avx2_fma(long iters)
+{
+    __m256 a[10];
+    __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < 10; i++) a[i] = _mm256_set1_ps((float)i);
+    for (long it = 0; it < iters; it++)
+#pragma GCC unroll 10
+        for (int i = 0; i < 10; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
+    __m256 s = a[0];
+    for (int i = 1; i < 10; i++) s = _mm256_add_ps(s, a[i]);
+    return (double)hsum8(s);
+}
+
+#endif
