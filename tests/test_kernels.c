@@ -1,0 +1,231 @@
+/* test_kernels.c — every kernel set against the scalar reference twin on odd shapes, token counts
+ * 1..20 and thread counts 1..3; per-row results independent of the number of rows and of the thread
+ * count (bitwise, within one set); the packing vectors of formats.md §4.3; NVFP4 / E2M1 values. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "kernels/kern_impl.h"
+#include "load/safetensors.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((double)(rng >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+/* A random matrix of the given kind; buffers in `keep` (freed by the caller). */
+typedef struct tmat {
+    ink_mat m;
+    void *d, *s, *b;
+} tmat;
+
+static void put_bits(uint8_t *row, int j, int bits, unsigned v)
+{
+    for (int k = 0; k < bits; k++) {
+        size_t bit = (size_t)j * bits + k;
+        if (v >> k & 1) row[bit / 8] |= (uint8_t)(1u << (bit % 8));
+    }
+}
+
+static tmat make(int kind, int bits, int gs, int rows, int cols)
+{
+    tmat t;
+    memset(&t, 0, sizeof t);
+    t.m.rows = rows, t.m.cols = cols, t.m.gscale = 1.0f;
+    size_t n = (size_t)rows * cols;
+    if (kind == INK_DT_F32 || kind == INK_DT_BF16 || kind == INK_DT_F16) {
+        t.m.dtype = kind, t.m.stride = (size_t)cols;
+        if (kind == INK_DT_F32) {
+            float *f = malloc(n * 4);
+            for (size_t i = 0; i < n; i++) f[i] = frand();
+            t.d = f;
+        } else {
+            uint16_t *h = malloc(n * 2);
+            for (size_t i = 0; i < n; i++) h[i] = kind == INK_DT_BF16 ? ink_f32_to_bf16(frand()) : ink_f32_to_f16(frand());
+            t.d = h;
+        }
+    } else if (kind == INK_QT_AFFINE) {
+        size_t rowb = (size_t)cols * bits / 8, G = (size_t)cols / gs;
+        uint8_t *d = calloc((size_t)rows * rowb + 8, 1);
+        uint16_t *s = malloc((size_t)rows * G * 2), *b = malloc((size_t)rows * G * 2);
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < cols; j++) put_bits(d + r * rowb, j, bits, (unsigned)(rng = rng * 6364136223846793005ull + 1) >> 7 & ((1u << bits) - 1));
+        for (size_t i = 0; i < (size_t)rows * G; i++) s[i] = ink_f32_to_bf16(0.05f * frand()), b[i] = ink_f32_to_bf16(0.2f * frand());
+        t.d = d, t.s = s, t.b = b;
+        t.m = (ink_mat){.dtype = INK_QT_AFFINE, .rows = rows, .cols = cols, .stride = rowb, .data = d, .bits = bits,
+                        .group = gs, .sdtype = INK_DT_BF16, .sstride = G, .scales = s, .biases = b, .gscale = 1.0f};
+        return t;
+    } else { /* NVFP4 */
+        uint8_t *d = malloc(n / 2), *s = malloc(n / 16);
+        for (size_t i = 0; i < n / 2; i++) d[i] = (uint8_t)(rng = rng * 6364136223846793005ull + 1) >> 3;
+        for (size_t i = 0; i < n / 16; i++) s[i] = (uint8_t)(0x20 + (i * 7) % 0x30);
+        t.d = d, t.s = s;
+        t.m = (ink_mat){.dtype = INK_QT_NVFP4, .rows = rows, .cols = cols, .stride = (size_t)cols / 2, .data = d,
+                        .bits = 4, .group = 16, .sdtype = INK_DT_F8_E4M3, .sstride = (size_t)cols / 16, .scales = s,
+                        .gscale = 0.37f};
+        return t;
+    }
+    t.m.data = t.d;
+    return t;
+}
+
+static void drop(tmat *t) { free(t->d), free(t->s), free(t->b); }
+
+/* sum |w| |x| per output: the scale of the rounding bound */
+static void absdot(const ink_mat *W, const float *x, int T, float *out)
+{
+    float *row = malloc((size_t)W->cols * 4);
+    for (int o = 0; o < W->rows; o++) {
+        ink_mat_row(W, o, row);
+        for (int t = 0; t < T; t++) {
+            double s = 0;
+            for (int i = 0; i < W->cols; i++) s += fabs((double)row[i] * x[(size_t)t * W->cols + i]);
+            out[(size_t)t * W->rows + o] = (float)s;
+        }
+    }
+    free(row);
+}
+
+static void check_kind(int kind, int bits, int gs, int rows, int cols, int int8)
+{
+    tmat t = make(kind, bits, gs, rows, cols);
+    const int T = 20;
+    float *x = malloc((size_t)T * cols * 4), *ref = malloc((size_t)T * rows * 4), *y = malloc((size_t)T * rows * 4);
+    float *one = malloc((size_t)rows * 4), *mag = malloc((size_t)T * rows * 4);
+    for (int i = 0; i < T * cols; i++) x[i] = frand();
+    absdot(&t.m, x, T, mag);
+    /* double-precision dequantized reference */
+    float *row = malloc((size_t)cols * 4);
+    for (int o = 0; o < rows; o++) {
+        ink_mat_row(&t.m, o, row);
+        for (int tt = 0; tt < T; tt++) {
+            double s = 0;
+            for (int i = 0; i < cols; i++) s += (double)row[i] * x[(size_t)tt * cols + i];
+            ref[(size_t)tt * rows + o] = (float)s;
+        }
+    }
+    free(row);
+    const ink_kernels *sets[3] = {ink_kernels_scalar(), ink_kernels_avx2(), ink_kernels_neon()};
+    float bound = int8 ? 2e-2f : 2e-5f; /* relative to sum |w||x| */
+    ink_kernels_set_int8(int8);
+    for (int si = 0; si < 3; si++) {
+        if (!sets[si]) continue;
+        for (int nth = 1; nth <= 3; nth++) {
+            ink_pool *p = ink_pool_create(nth);
+            for (int TT = 1; TT <= T; TT += (TT < 10 ? 1 : 5)) {
+                ink_matmul_k(sets[si], p, &t.m, x, cols, TT, y, rows);
+                for (int i = 0; i < TT * rows; i++) {
+                    float e = fabsf(y[i] - ref[i]), lim = bound * (mag[i] + 1e-3f);
+                    if (!(e <= lim))
+                        fail_msg("%s kind %d bits %d gs %d %dx%d T %d thr %d int8 %d: y[%d] %g ref %g", sets[si]->name,
+                                 kind, bits, gs, rows, cols, TT, nth, int8, i, y[i], ref[i]);
+                }
+                /* row independence: each token alone gives the same bits */
+                for (int tt = 0; tt < TT; tt += 3) {
+                    sets[si]->rows(&t.m, x + (size_t)tt * cols, cols, 1, one, rows, 0, rows, int8);
+                    if (memcmp(one, y + (size_t)tt * rows, (size_t)rows * 4))
+                        fail_msg("%s kind %d bits %d: row %d of T=%d differs from T=1", sets[si]->name, kind, bits, tt, TT);
+                }
+            }
+            ink_pool_free(p);
+        }
+    }
+    ink_kernels_set_int8(0);
+    drop(&t);
+    free(x), free(ref), free(y), free(one), free(mag);
+}
+
+static void test_float_sets(void **state)
+{
+    (void)state;
+    int shapes[][2] = {{1, 1}, {7, 13}, {33, 67}, {130, 256}, {9, 1031}, {64, 4100}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int k = 0; k < 3; k++) check_kind(k == 0 ? INK_DT_F32 : k == 1 ? INK_DT_BF16 : INK_DT_F16, 0, 0, shapes[i][0], shapes[i][1], 0);
+}
+
+static void test_affine_sets(void **state)
+{
+    (void)state;
+    int bits[] = {2, 3, 4, 5, 6, 8}, gss[] = {32, 64, 128};
+    for (int b = 0; b < 6; b++)
+        for (int g = 0; g < 3; g++) check_kind(INK_QT_AFFINE, bits[b], gss[g], 37, 2 * gss[g] + (g == 2 ? 1024 : 0) , 0);
+    check_kind(INK_QT_AFFINE, 4, 64, 259, 4096, 0);
+}
+
+static void test_int8_path(void **state)
+{
+    (void)state;
+    check_kind(INK_QT_AFFINE, 4, 64, 37, 512, 1);
+    check_kind(INK_QT_AFFINE, 8, 32, 21, 256, 1);
+    check_kind(INK_QT_AFFINE, 4, 128, 130, 1024, 1);
+    check_kind(INK_QT_AFFINE, 3, 64, 9, 128, 1); /* not an int8 width: exact path */
+}
+
+static void test_nvfp4_sets(void **state)
+{
+    (void)state;
+    check_kind(INK_QT_NVFP4, 4, 16, 19, 48, 0);
+    check_kind(INK_QT_NVFP4, 4, 16, 66, 1024, 0);
+}
+
+/* formats.md §4.3 packing vectors, decoded with the stream rule. */
+static void test_packing_vectors(void **state)
+{
+    (void)state;
+    struct { int bits, n; unsigned q[16]; uint8_t b[8]; int nb; } v[] = {
+        {4, 8, {1, 2, 3, 4, 5, 6, 7, 8}, {0x21, 0x43, 0x65, 0x87}, 4},
+        {8, 4, {0x11, 0x22, 0x33, 0x44}, {0x11, 0x22, 0x33, 0x44}, 4},
+        {2, 16, {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}, {0xe4, 0xe4, 0xe4, 0xe4}, 4},
+        {3, 8, {1, 2, 3, 4, 5, 6, 7, 0}, {0xd1, 0x58, 0x1f}, 3},
+        {5, 8, {1, 2, 3, 4, 5, 6, 7, 8}, {0x41, 0x0c, 0x52, 0xcc, 0x41}, 5},
+        {6, 4, {1, 2, 3, 4}, {0x81, 0x30, 0x10}, 3},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        uint8_t row[16] = {0};
+        for (int j = 0; j < v[i].n; j++) put_bits(row, j, v[i].bits, v[i].q[j]);
+        assert_memory_equal(row, v[i].b, (size_t)v[i].nb);
+        for (int j = 0; j < v[i].n; j++) assert_int_equal(ink_affine_code(v[i].b, j, v[i].bits), v[i].q[j]);
+    }
+}
+
+/* E2M1 table and the NVFP4 dequantization w = e2m1(code) * e4m3(scale) * scale2 (formats.md §1.5, §3.2):
+ * vectors derived by hand from the bit layouts. */
+static void test_nvfp4_values(void **state)
+{
+    (void)state;
+    const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    for (unsigned c = 0; c < 16; c++) assert_true(ink_e2m1_to_f32(c) == e2m1[c] && signbit(ink_e2m1_to_f32(c)) == signbit(e2m1[c]));
+    /* one row of 32 inputs; low nibble = element 2j. Block 0 scale 0x38 = 1.0, block 1 scale 0x42 =
+     * (1 + 2/8) * 2^1 = 2.5; scale2 0.5. */
+    uint8_t codes[16] = {0x21, 0xF7, 0x19, 0x80, 0, 0, 0, 0, 0x4C, 0, 0, 0, 0, 0, 0, 0x7F};
+    uint8_t sc[2] = {0x38, 0x42};
+    ink_mat W = {.dtype = INK_QT_NVFP4, .rows = 1, .cols = 32, .stride = 16, .data = codes, .bits = 4, .group = 16,
+                 .sdtype = INK_DT_F8_E4M3, .sstride = 2, .scales = sc, .gscale = 0.5f};
+    float out[32], expect[32] = {0};
+    const float b0[8] = {0.25f, 0.5f, 3.0f, -3.0f, -0.25f, 0.25f, 0.0f, -0.0f};
+    memcpy(expect, b0, sizeof b0);
+    expect[16] = -2.5f, expect[17] = 2.5f, expect[30] = -7.5f, expect[31] = 7.5f;
+    ink_mat_row(&W, 0, out);
+    for (int i = 0; i < 32; i++) assert_true(out[i] == expect[i]);
+    assert_true(signbit(out[7]));
+    /* E4M3 edge values of formats.md §1.5 */
+    assert_true(ink_e4m3_to_f32(0x38) == 1.0f && ink_e4m3_to_f32(0x40) == 2.0f && ink_e4m3_to_f32(0x7E) == 448.0f);
+    assert_true(ink_e4m3_to_f32(0x08) == ldexpf(1, -6) && ink_e4m3_to_f32(0x01) == ldexpf(1, -9));
+    assert_true(isnan(ink_e4m3_to_f32(0x7F)));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_packing_vectors), cmocka_unit_test(test_nvfp4_values), cmocka_unit_test(test_float_sets),
+        cmocka_unit_test(test_affine_sets),    cmocka_unit_test(test_int8_path),    cmocka_unit_test(test_nvfp4_sets),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
