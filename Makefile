@@ -129,7 +129,11 @@ $(FUZZ_B)/flags: FORCE
 $(FUZZ_B)/obj/%.o: %.c $(FUZZ_B)/flags
 	@mkdir -p $(dir $@)
 	@echo "  FUZZCC $<"
-	@$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_XFLAGS) -c $< -o $@
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_XFLAGS) $(call fuzz_isa,$<) -c $< -o $@
+
+# clang ignores `#pragma GCC target("avx2,fma")`: such files get the matching -m flags instead.
+fuzz_comma := ,
+fuzz_isa = $(addprefix -m,$(subst $(fuzz_comma), ,$(shell sed -n 's/^\#pragma GCC target("\([^"]*\)").*/\1/p' $(1))))
 
 # gcc is the project's compiler: clang's extra warnings in library code stay warnings here.
 $(FUZZ_LIBOBJ): FUZZ_XFLAGS := -Wno-error -w
