@@ -7,6 +7,9 @@
 int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+/* The bundled default model's directory (static buffer), or NULL if none is found. */
+const char *ink_default_model_dir(void);
 int cmd_download(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);

@@ -13,7 +13,8 @@ typedef struct command {
 static const command commands[] = {
     {"info", cmd_info, "describe a model directory (family, variant, dtype, layers, KV memory)"},
     {"logits", cmd_logits, "write the logits of every prompt position to an .npy file"},
-    {"generate", cmd_generate, "generate tokens from a prompt"},
+    {"generate", cmd_generate, "generate text or token ids from a prompt (plain or MTP speculative)"},
+    {"chat", cmd_chat, "interactive multi-turn chat in the Inkling chat format"},
     {"download", cmd_download, "fetch model files from the Hugging Face Hub (resumable, verified)"},
     {"tokenize", cmd_tokenize, "print the token ids (or pieces) of a text"},
     {"detokenize", cmd_detokenize, "print the text of comma-separated token ids"},

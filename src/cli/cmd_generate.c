@@ -1,0 +1,559 @@
+/* cmd_generate.c — `inkling generate` (token ids or text, plain or MTP) and `inkling chat`.
+ *
+ * Token mode (--prompt-ids): prints the generated ids as one comma-separated line, nothing else on
+ * stdout. Text mode (-p / -f): the prompt is rendered in the Inkling chat format (unless --raw),
+ * the reply streams to stdout as it is decoded (never a broken UTF-8 sequence), reasoning blocks
+ * go to stderr with --show-reasoning, and a timing line like llama.cpp's ends on stderr. Ctrl-C
+ * stops generation cleanly and still prints the statistics. */
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "inkling.h"
+#include "tok/chat.h"
+#include "tok/tokenizer.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t interrupted;
+static volatile int cancel_flag;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+    cancel_flag = 1;
+}
+
+typedef struct gargs {
+    const char *model, *ids, *prompt, *file, *system, *effort, *draft_kind, *draft_model, *mtp_mode;
+    const char *stats_path, *trace_path;
+    long threads, n_ctx, n_gen, seed, top_k, block, last_n;
+    double temp, top_p, min_p, rep, freq, pres;
+    int set_temp, set_top_k, set_top_p, set_min_p, set_rep;
+    int raw, special, show_reasoning, stop_eos, capture;
+} gargs;
+
+static void defaults(gargs *a)
+{
+    memset(a, 0, sizeof *a);
+    a->draft_kind = "none", a->mtp_mode = "per-depth";
+    a->n_gen = -1, a->top_k = 40, a->last_n = 64;
+    a->temp = 0.8, a->top_p = 0.95, a->min_p = 0.05, a->rep = 1.0;
+    a->stop_eos = -1;
+}
+
+static void usage(FILE *f, const char *cmd)
+{
+    fprintf(f,
+            "usage: inkling %s [-m DIR] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [options]\n"
+            "  text:     --raw (no chat template)  --system TEXT  --reasoning-effort E  --show-reasoning  --special\n"
+            "  sampling: -n N  --temp T  --top-k K  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N\n"
+            "            --frequency-penalty F  --presence-penalty P  --seed S  --stop-eos | --ignore-eos\n"
+            "  drafting: --draft-kind none|mtp  --draft-model DIR  --draft-block-size K  --mtp-mode per-depth|compat\n"
+            "            --capture-commit  --stats-json FILE  --trace FILE\n"
+            "  model:    --threads N  -c N   (without -m: the bundled default model)\n",
+            cmd);
+}
+
+/* Parses argv into *a. Returns 0, or the exit code (2 usage, -1 help shown). */
+static int parse(int argc, char **argv, gargs *a, const char *cmd)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = NULL;
+#define VAL() if (!(v = arg_value(argc, argv, &i))) return 2
+#define INT(dst, lo, hi) do { VAL(); if (arg_int(o, v, lo, hi, &(dst))) return 2; } while (0)
+#define FLT(dst, lo, hi) do { VAL(); if (arg_float(o, v, lo, hi, &(dst))) return 2; } while (0)
+        if (!strcmp(o, "-m") || !strcmp(o, "--model")) { VAL(); a->model = v; }
+        else if (!strcmp(o, "--threads") || !strcmp(o, "-t")) INT(a->threads, 1, 256);
+        else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) INT(a->n_ctx, 1, 1L << 30);
+        else if (!strcmp(o, "--prompt-ids")) { VAL(); a->ids = v; }
+        else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) { VAL(); a->prompt = v; }
+        else if (!strcmp(o, "-f") || !strcmp(o, "--file")) { VAL(); a->file = v; }
+        else if (!strcmp(o, "--system")) { VAL(); a->system = v; }
+        else if (!strcmp(o, "--reasoning-effort")) { VAL(); a->effort = v; }
+        else if (!strcmp(o, "--raw")) a->raw = 1;
+        else if (!strcmp(o, "--special")) a->special = 1;
+        else if (!strcmp(o, "--show-reasoning")) a->show_reasoning = 1;
+        else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) INT(a->n_gen, 0, 1L << 30);
+        else if (!strcmp(o, "--temp") || !strcmp(o, "--temperature")) { FLT(a->temp, 0, 100); a->set_temp = 1; }
+        else if (!strcmp(o, "--top-k")) { INT(a->top_k, 0, 1L << 30); a->set_top_k = 1; }
+        else if (!strcmp(o, "--top-p")) { FLT(a->top_p, 0, 1); a->set_top_p = 1; }
+        else if (!strcmp(o, "--min-p")) { FLT(a->min_p, 0, 1); a->set_min_p = 1; }
+        else if (!strcmp(o, "--repeat-penalty")) { FLT(a->rep, 0, 10); a->set_rep = 1; }
+        else if (!strcmp(o, "--repeat-last-n")) INT(a->last_n, -1, 1L << 30);
+        else if (!strcmp(o, "--frequency-penalty")) FLT(a->freq, -10, 10);
+        else if (!strcmp(o, "--presence-penalty")) FLT(a->pres, -10, 10);
+        else if (!strcmp(o, "--seed") || !strcmp(o, "-s")) INT(a->seed, 0, 0x7fffffffL);
+        else if (!strcmp(o, "--ids")) { /* token mode prints ids; accepted for the contract */ }
+        else if (!strcmp(o, "--stop-eos")) a->stop_eos = 1;
+        else if (!strcmp(o, "--ignore-eos")) a->stop_eos = 0;
+        else if (!strcmp(o, "--draft-kind")) {
+            VAL();
+            if (strcmp(v, "none") && strcmp(v, "mtp")) {
+                fprintf(stderr, "inkling %s: --draft-kind must be none or mtp, found '%s'\n", cmd, v);
+                return 2;
+            }
+            a->draft_kind = v;
+        } else if (!strcmp(o, "--draft-model")) { VAL(); a->draft_model = v; }
+        else if (!strcmp(o, "--draft-block-size")) INT(a->block, 1, 64);
+        else if (!strcmp(o, "--mtp-mode")) {
+            VAL();
+            if (strcmp(v, "per-depth") && strcmp(v, "compat")) {
+                fprintf(stderr, "inkling %s: --mtp-mode must be per-depth or compat, found '%s'\n", cmd, v);
+                return 2;
+            }
+            a->mtp_mode = v;
+        } else if (!strcmp(o, "--capture-commit")) a->capture = 1;
+        else if (!strcmp(o, "--stats-json")) { VAL(); a->stats_path = v; }
+        else if (!strcmp(o, "--trace")) { VAL(); a->trace_path = v; }
+        else if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            usage(stdout, cmd);
+            return -1;
+        } else {
+            fprintf(stderr, "inkling %s: unknown option %s\n", cmd, o);
+            return 2;
+        }
+#undef VAL
+#undef INT
+#undef FLT
+    }
+    return 0;
+}
+
+/* generation_config.json of the model supplies sampling defaults the command line did not set. */
+static void apply_generation_config(gargs *a, const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/generation_config.json", dir);
+    json_t *g = json_load_file(p, 0, NULL);
+    if (!g) return;
+    json_t *v;
+    if (!a->set_temp && json_is_number(v = json_object_get(g, "temperature"))) a->temp = json_number_value(v);
+    if (!a->set_top_k && json_is_integer(v = json_object_get(g, "top_k"))) a->top_k = (long)json_integer_value(v);
+    if (!a->set_top_p && json_is_number(v = json_object_get(g, "top_p"))) a->top_p = json_number_value(v);
+    if (!a->set_min_p && json_is_number(v = json_object_get(g, "min_p"))) a->min_p = json_number_value(v);
+    if (!a->set_rep && json_is_number(v = json_object_get(g, "repetition_penalty"))) a->rep = json_number_value(v);
+    if (!a->set_temp && json_is_false(json_object_get(g, "do_sample"))) a->temp = 0;
+    json_decref(g);
+}
+
+static int fail(const ink_err *e)
+{
+    fprintf(stderr, "inkling: %s: %s\n", ink_status_str(e->code), e->msg);
+    return 1;
+}
+
+/* ---- output --------------------------------------------------------------------------- */
+
+static void trace_round(void *ud, const ink_round *r);
+
+typedef struct sink {
+    FILE *trace;
+    const ink_tokenizer *tok;
+    ink_detok *dt;
+    ink_chat_parser *cp;  /* chat mode */
+    int show_reasoning, in_thinking, printed;
+    ink_tokens reply;     /* ids of this reply (chat history) */
+} sink;
+
+static void out_text(sink *k, int thinking, const char *t, size_t n)
+{
+    if (!n) return;
+    if (thinking) {
+        if (!k->show_reasoning) return;
+        fwrite(t, 1, n, stderr);
+        fflush(stderr);
+        return;
+    }
+    fwrite(t, 1, n, stdout);
+    fflush(stdout);
+    k->printed = 1;
+}
+
+static void on_token(void *ud, int32_t id)
+{
+    sink *k = ud;
+    if (!k->tok) return;
+    ink_tokens_push(&k->reply, id, NULL);
+    if (k->cp) {
+        ink_chat_event ev[4];
+        size_t n = 0;
+        if (ink_chat_parser_feed(k->cp, id, ev, &n, NULL)) return;
+        for (size_t i = 0; i < n; i++) {
+            if (ev[i].type == INK_EV_BLOCK_START && ev[i].kind == INK_BLOCK_THINKING && k->show_reasoning)
+                fputs("[thinking] ", stderr);
+            if (ev[i].type == INK_EV_DELTA) out_text(k, ev[i].kind == INK_BLOCK_THINKING, ev[i].text, ev[i].len);
+            if (ev[i].type == INK_EV_BLOCK_END && ev[i].kind == INK_BLOCK_THINKING && k->show_reasoning)
+                fputs("\n", stderr);
+        }
+        return;
+    }
+    const char *t;
+    size_t n;
+    if (!ink_detok_feed(k->dt, id, &t, &n, NULL)) out_text(k, 0, t, n);
+}
+
+static void on_round(void *ud, const ink_round *r)
+{
+    sink *k = ud;
+    if (k->trace) trace_round(k->trace, r);
+}
+
+static void trace_round(void *ud, const ink_round *r)
+{
+    FILE *f = ud;
+    fprintf(f, "{\"round\": %d, \"n\": %d, \"K_eff\": %d, \"drafts\": [", r->round, r->n, r->k_eff);
+    for (int i = 0; i < r->n_drafts; i++) fprintf(f, "%s%d", i ? ", " : "", r->drafts[i]);
+    fprintf(f, "], \"draft_blocks\": [");
+    for (int i = 0; i < r->n_drafts; i++) fprintf(f, "%s%d", i ? ", " : "", r->draft_blocks[i]);
+    fprintf(f, "], \"draft_margins\": [");
+    for (int i = 0; i < r->n_drafts; i++) fprintf(f, "%s%.6f", i ? ", " : "", r->draft_margins[i]);
+    fprintf(f, "], \"a\": %d, \"emitted\": [", r->a);
+    for (int i = 0; i < r->n_emitted; i++) fprintf(f, "%s%d", i ? ", " : "", r->emitted[i]);
+    fprintf(f, "], \"bonus\": %d, \"bonus_emitted\": %s}\n", r->bonus, r->bonus_emitted ? "true" : "false");
+}
+
+static int write_stats(const char *path, const ink_gen_stats *st, const char *mode, int depth)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "inkling: %s: cannot open for writing\n", path);
+        return 1;
+    }
+    double dec = st->generated_tokens > 1 ? (st->generated_tokens - 1) / fmax(st->decode_s, 1e-9) : 0;
+    fprintf(f, "{\n  \"prompt_tokens\": %d,\n  \"generated_tokens\": %d,\n  \"rounds\": %d,\n  \"drafted\": %d,\n"
+               "  \"accepted\": %d,\n  \"mean_accepted_length\": %.6f,\n  \"acceptance_per_depth\": [",
+            st->prompt_tokens, st->generated_tokens, st->rounds, st->drafted, st->accepted,
+            st->rounds ? (double)st->round_emitted / st->rounds : 0.0);
+    for (int j = 0; j < st->n_pos; j++)
+        fprintf(f, "%s%.6f", j ? ", " : "", st->pos_proposed[j] ? (double)st->pos_accepted[j] / st->pos_proposed[j] : 0.0);
+    fprintf(f, "],\n  \"proposed_per_depth\": [");
+    for (int j = 0; j < st->n_pos; j++) fprintf(f, "%s%d", j ? ", " : "", st->pos_proposed[j]);
+    fprintf(f, "],\n  \"accepted_per_depth\": [");
+    for (int j = 0; j < st->n_pos; j++) fprintf(f, "%s%d", j ? ", " : "", st->pos_accepted[j]);
+    fprintf(f, "],\n  \"acceptance_rate\": %.6f,\n  \"prefill_tok_s\": %.3f,\n  \"decode_tok_s\": %.3f,\n"
+               "  \"prefill_s\": %.6f,\n  \"decode_s\": %.6f,\n  \"draft_s\": %.6f,\n  \"verify_s\": %.6f,\n"
+               "  \"rollback_s\": %.6f,\n  \"block_size\": %d,\n  \"k_min\": %d,\n  \"k_max\": %d,\n"
+               "  \"zero_accept_rounds\": %d,\n  \"partial_accept_rounds\": %d,\n  \"full_accept_rounds\": %d,\n"
+               "  \"mtp_mode\": \"%s\",\n  \"mtp_depth\": %d,\n  \"reused_prompt_tokens\": %d,\n"
+               "  \"plain_equivalent_forwards\": %d,\n  \"target_forwards\": %d\n}\n",
+            st->drafted ? (double)st->accepted / st->drafted : 0.0, st->prompt_tokens / fmax(st->prefill_s, 1e-9), dec,
+            st->prefill_s, st->decode_s, st->draft_s, st->verify_s, st->rollback_s, st->k_requested, st->k_min,
+            st->k_max, st->zero_accept, st->partial_accept, st->full_accept, mode, depth, st->reused_tokens,
+            st->generated_tokens > 0 ? st->generated_tokens - 1 : 0,
+            st->generated_tokens > 0 ? st->generated_tokens - 1 - st->round_emitted + st->rounds : 0);
+    return fclose(f) != 0;
+}
+
+static void print_timings(const ink_gen_stats *st, int drafting, const char *mode)
+{
+    int fed = st->prompt_tokens - st->reused_tokens;
+    double dec = st->generated_tokens > 1 ? (st->generated_tokens - 1) / fmax(st->decode_s, 1e-9) : 0.0;
+    fprintf(stderr, "prompt eval: %d tokens in %.2f ms (%.2f tok/s)%s; eval: %d tokens in %.2f ms (%.2f tok/s)", fed,
+            st->prefill_s * 1e3, fed / fmax(st->prefill_s, 1e-9), st->reused_tokens ? " (prefix reused)" : "",
+            st->generated_tokens, st->decode_s * 1e3, dec);
+    if (drafting)
+        fprintf(stderr, "; mtp %s K=%d: %d rounds, %d/%d drafts accepted (%.1f%%), %.3f tokens per round", mode,
+                st->k_requested, st->rounds, st->accepted, st->drafted, st->drafted ? 100.0 * st->accepted / st->drafted : 0.0,
+                st->rounds ? (double)st->round_emitted / st->rounds : 0.0);
+    fprintf(stderr, "\n");
+}
+
+/* ---- shared setup --------------------------------------------------------------------- */
+
+typedef struct run {
+    gargs a;
+    const char *dir;
+    ink_model *m;
+    ink_drafter *d;
+    ink_session *s;
+    ink_tokenizer *tok;
+    ink_gen_opts o;
+    ink_err e;
+} run;
+
+static void run_free(run *r)
+{
+    ink_session_free(r->s);
+    ink_drafter_free(r->d);
+    ink_tokenizer_free(r->tok);
+    ink_model_free(r->m);
+}
+
+static int run_open(run *r, int need_tok, int n_ctx_hint)
+{
+    gargs *a = &r->a;
+    r->dir = a->model ? a->model : ink_default_model_dir();
+    if (!r->dir) {
+        fprintf(stderr, "inkling: no model: pass -m DIR (no bundled default model was found)\n");
+        return 2;
+    }
+    if (need_tok && ink_tokenizer_open(&r->tok, r->dir, &r->e)) return fail(&r->e);
+    if (need_tok) apply_generation_config(a, r->dir);
+    if (isatty(2)) fprintf(stderr, "loading %s ...\r", r->dir);
+    ink_model_opts mo = {(int)a->threads};
+    if (ink_model_open(&r->m, r->dir, &mo, &r->e)) return fail(&r->e);
+    if (!strcmp(a->draft_kind, "mtp") && ink_drafter_open(&r->d, r->m, a->draft_model ? a->draft_model : r->dir, &r->e))
+        return fail(&r->e);
+    long n_ctx = a->n_ctx, max_ctx = ink_model_get_info(r->m)->max_ctx;
+    if (!n_ctx && n_ctx_hint > 4096) n_ctx = n_ctx_hint < max_ctx ? n_ctx_hint : max_ctx;
+    if (ink_session_create(&r->s, r->m, (int)n_ctx, &r->e)) return fail(&r->e);
+    if (isatty(2)) fprintf(stderr, "%*s\r", (int)strlen(r->dir) + 12, "");
+    ink_gen_opts *o = &r->o;
+    o->stop_eos = a->stop_eos;
+    o->eos = -1;
+    o->sampling = (ink_sampling){.temp = (float)a->temp, .top_k = (int)a->top_k, .top_p = (float)a->top_p,
+                                 .min_p = (float)a->min_p, .seed = (uint64_t)a->seed, .repeat_penalty = (float)a->rep,
+                                 .frequency_penalty = (float)a->freq, .presence_penalty = (float)a->pres,
+                                 .penalty_last_n = (int)a->last_n};
+    o->drafter = r->d;
+    o->block_size = (int)a->block;
+    o->mtp_mode = !strcmp(a->mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
+    o->capture_commit = a->capture;
+    o->cancel = &cancel_flag;
+    if (r->tok) o->vocab_limit = ink_tokenizer_n_vocab(r->tok);
+    return 0;
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "inkling: %s: cannot open prompt file\n", path);
+        return NULL;
+    }
+    size_t n = 0, cap = 4096;
+    char *b = malloc(cap);
+    for (size_t r; b && (r = fread(b + n, 1, cap - n - 1, f)) > 0;) {
+        n += r;
+        if (n + 1 == cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) free(b);
+            b = nb;
+        }
+    }
+    fclose(f);
+    if (b) b[n] = 0;
+    return b;
+}
+
+/* Runs one generation, printing text or ids; returns the exit code. */
+static int generate_once(run *r, const int32_t *ids, int n_ids, int text_mode, int chat, ink_tokens *reply)
+{
+    gargs *a = &r->a;
+    int max = (int)(a->n_gen >= 0 ? a->n_gen : text_mode ? 256 : 32);
+    int32_t *out = malloc((size_t)(max ? max : 1) * sizeof *out);
+    FILE *trace = NULL;
+    if (!out) return (fprintf(stderr, "inkling: out of memory\n"), 1);
+    if (a->trace_path && !(trace = fopen(a->trace_path, "w"))) {
+        free(out);
+        return (fprintf(stderr, "inkling: %s: cannot open for writing\n", a->trace_path), 1);
+    }
+    sink k = {.trace = trace, .show_reasoning = a->show_reasoning};
+    int rc = 0;
+    if (text_mode) {
+        k.tok = r->tok;
+        if (chat ? ink_chat_parser_new(&k.cp, r->tok, &r->e) : ink_detok_new(&k.dt, r->tok, INK_DECODE_SKIP_SPECIAL, &r->e)) {
+            free(out);
+            if (trace) fclose(trace);
+            return fail(&r->e);
+        }
+    }
+    r->o.max_tokens = max;
+    r->o.on_token = on_token;
+    r->o.on_round = on_round;
+    r->o.ud = &k;
+    const int32_t *stops;
+    size_t n_stops = ink_chat_stop_ids(&stops);
+    r->o.stop_ids = chat ? stops : NULL;
+    r->o.n_stop_ids = chat ? (int)n_stops : 0;
+    if (isatty(2) && text_mode) fprintf(stderr, "prefill: %d tokens ...\r", n_ids);
+    ink_gen_stats st;
+    int n_out = 0;
+    memset(&r->e, 0, sizeof r->e);
+    int grc = ink_generate(r->s, ids, n_ids, &r->o, out, max, &n_out, &st, &r->e);
+    if (grc && grc != INK_E_CANCELLED) rc = fail(&r->e);
+    if (text_mode) {
+        ink_chat_event ev[4];
+        size_t n = 0;
+        if (k.cp) {
+            ink_chat_parser_finish(k.cp, ev, &n);
+            for (size_t i = 0; i < n; i++)
+                if (ev[i].type == INK_EV_DELTA) out_text(&k, ev[i].kind == INK_BLOCK_THINKING, ev[i].text, ev[i].len);
+        } else {
+            const char *t;
+            size_t len;
+            ink_detok_flush(k.dt, &t, &len);
+            out_text(&k, 0, t, len);
+        }
+        if (k.printed) fputc('\n', stdout);
+        fflush(stdout);
+    } else if (!rc) {
+        for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
+        printf("\n");
+    }
+    if (!rc || grc == INK_E_CANCELLED) {
+        if (grc == INK_E_CANCELLED) fprintf(stderr, "(interrupted)\n");
+        print_timings(&st, r->d != NULL, a->mtp_mode);
+        if (a->stats_path && write_stats(a->stats_path, &st, r->d ? a->mtp_mode : "none", r->d ? ink_drafter_n_depth(r->d) : 0))
+            rc = 1;
+    }
+    if (trace && fclose(trace)) rc = (fprintf(stderr, "inkling: %s: write failed\n", a->trace_path), 1);
+    if (reply) {
+        for (int i = 0; i < n_out; i++) ink_tokens_push(reply, out[i], NULL);
+    }
+    ink_tokens_free(&k.reply);
+    ink_chat_parser_free(k.cp);
+    ink_detok_free(k.dt);
+    free(out);
+    if (!rc && grc == INK_E_CANCELLED) rc = 130;
+    return rc;
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    run r = {0};
+    defaults(&r.a);
+    int rc = parse(argc, argv, &r.a, "generate");
+    if (rc) return rc < 0 ? 0 : rc;
+    gargs *a = &r.a;
+    int text = a->prompt || a->file;
+    if (!!a->ids + !!a->prompt + !!a->file != 1) {
+        fprintf(stderr, "inkling generate: give exactly one of --prompt-ids, -p TEXT, -f FILE\n");
+        return 2;
+    }
+    /* token mode mirrors the reference's fixed-length runs: no EOS stop unless asked */
+    if (a->stop_eos < 0) a->stop_eos = text;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (a->ids && arg_ids("--prompt-ids", a->ids, &ids, &n)) return 2;
+    signal(SIGINT, on_sigint);
+    if ((rc = run_open(&r, text, n + (int)(a->n_gen > 0 ? a->n_gen : 256) + 64))) goto done;
+    ink_tokens t = {0};
+    if (text) {
+        char *body = a->file ? read_file(a->file) : strdup(a->prompt);
+        if (!body) {
+            rc = 1;
+            goto done;
+        }
+        if (a->raw) rc = ink_tokenizer_encode(r.tok, body, strlen(body), a->special ? INK_TOK_SPECIAL : 0, &t, &r.e);
+        else {
+            ink_chat_msg msgs[2];
+            size_t nm = 0;
+            if (a->system) msgs[nm++] = (ink_chat_msg){.role = INK_ROLE_SYSTEM, .content = a->system};
+            msgs[nm++] = (ink_chat_msg){.role = INK_ROLE_USER, .content = body};
+            ink_chat_opts co = {.effort = a->effort};
+            rc = ink_chat_render(r.tok, msgs, nm, &co, &t, &r.e);
+        }
+        free(body);
+        if (rc) {
+            rc = fail(&r.e);
+            ink_tokens_free(&t);
+            goto done;
+        }
+        if (!t.n) {
+            fprintf(stderr, "inkling generate: the prompt encodes to no tokens\n");
+            rc = 1;
+            goto done;
+        }
+        rc = generate_once(&r, t.ids, (int)t.n, 1, !a->raw, NULL);
+        ink_tokens_free(&t);
+    } else
+        rc = generate_once(&r, ids, n, 0, 0, NULL);
+done:
+    free(ids);
+    run_free(&r);
+    return rc;
+}
+
+/* ---- chat ------------------------------------------------------------------------------ */
+
+/* Interactive multi-turn chat: each turn renders the whole conversation and generates with prefix
+ * reuse, so only the new turn is prefilled when the rendering extends what the session consumed. */
+int cmd_chat(int argc, char **argv)
+{
+    run r = {0};
+    defaults(&r.a);
+    int rc = parse(argc, argv, &r.a, "chat");
+    if (rc) return rc < 0 ? 0 : rc;
+    if (r.a.stop_eos < 0) r.a.stop_eos = 1;
+    signal(SIGINT, on_sigint);
+    if ((rc = run_open(&r, 1, 0))) {
+        run_free(&r);
+        return rc;
+    }
+    r.o.reuse_prefix = 1;
+    size_t n_msgs = 0, cap = 16;
+    ink_chat_msg *msgs = calloc(cap, sizeof *msgs);
+    char **texts = calloc(cap, sizeof *texts);
+    if (r.a.system) msgs[n_msgs++] = (ink_chat_msg){.role = INK_ROLE_SYSTEM, .content = r.a.system};
+    char line[65536];
+    int tty = isatty(0);
+    for (;;) {
+        if (tty) fputs("> ", stdout), fflush(stdout);
+        interrupted = 0, cancel_flag = 0;
+        if (!fgets(line, sizeof line, stdin)) break;
+        line[strcspn(line, "\n")] = 0;
+        if (!*line) continue;
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (n_msgs + 2 > cap) {
+            cap *= 2;
+            ink_chat_msg *nm = realloc(msgs, cap * sizeof *msgs);
+            char **nt = realloc(texts, cap * sizeof *texts);
+            if (!nm || !nt) break;
+            msgs = nm, texts = nt;
+        }
+        texts[n_msgs] = strdup(line);
+        msgs[n_msgs] = (ink_chat_msg){.role = INK_ROLE_USER, .content = texts[n_msgs]};
+        n_msgs++;
+        ink_tokens t = {0}, reply = {0};
+        ink_chat_opts co = {.effort = r.a.effort};
+        memset(&r.e, 0, sizeof r.e);
+        if (ink_chat_render(r.tok, msgs, n_msgs, &co, &t, &r.e)) {
+            rc = fail(&r.e);
+            ink_tokens_free(&t);
+            break;
+        }
+        int grc = generate_once(&r, t.ids, (int)t.n, 1, 1, &reply);
+        ink_tokens_free(&t);
+        if (grc && grc != 130) {
+            rc = grc;
+            ink_tokens_free(&reply);
+            break;
+        }
+        /* the reply joins the history as an assistant message (its text and reasoning) */
+        ink_chat_output co_out = {0};
+        char *txt = NULL, *reasoning = NULL;
+        if (!ink_chat_parse(r.tok, reply.ids, reply.n, &co_out, NULL)) {
+            for (size_t b = 0; b < co_out.n; b++) {
+                char **dst = co_out.blocks[b].kind == INK_BLOCK_THINKING ? &reasoning : co_out.blocks[b].kind == INK_BLOCK_TEXT ? &txt : NULL;
+                if (dst && !*dst) *dst = strdup(co_out.blocks[b].text);
+            }
+            ink_chat_output_free(&co_out);
+        }
+        ink_tokens_free(&reply);
+        texts[n_msgs] = txt ? txt : strdup("");
+        msgs[n_msgs] = (ink_chat_msg){.role = INK_ROLE_ASSISTANT, .content = texts[n_msgs], .reasoning = reasoning};
+        n_msgs++;
+        if (n_msgs + 2 > cap) {
+            cap *= 2;
+            ink_chat_msg *nm = realloc(msgs, cap * sizeof *msgs);
+            char **nt = realloc(texts, cap * sizeof *texts);
+            if (!nm || !nt) break;
+            msgs = nm, texts = nt;
+        }
+    }
+    for (size_t i = 0; i < n_msgs; i++) {
+        if (msgs[i].role != INK_ROLE_SYSTEM) free(texts[i]);
+        if (msgs[i].reasoning) free((char *)msgs[i].reasoning);
+    }
+    free(msgs);
+    free(texts);
+    run_free(&r);
+    return rc;
+}

@@ -1,0 +1,69 @@
+/* defaults.c — where the bundled default model lives. Order: $INKLING_MODEL; then models/ next to
+ * the repository the binary was built in (build/<mode>/inkling -> ../../models), next to the binary,
+ * and under the current directory. Inside a models/ directory, the name in models/DEFAULT wins,
+ * else the first subdirectory (alphabetically) holding a config.json. */
+#include "cli/cli.h"
+
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int has_config(const char *dir)
+{
+    char p[PATH_MAX + 32];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int pick(const char *models, char *out, size_t n)
+{
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/DEFAULT", models);
+    FILE *f = fopen(p, "r");
+    if (f) {
+        char name[256] = "";
+        if (fgets(name, sizeof name, f)) name[strcspn(name, " \r\n")] = 0;
+        fclose(f);
+        snprintf(out, n, "%s/%s", models, name);
+        if (*name && !strchr(name, '/') && has_config(out)) return 1;
+    }
+    DIR *d = opendir(models);
+    if (!d) return 0;
+    char best[256] = "";
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(out, n, "%s/%s", models, e->d_name);
+        if (has_config(out) && (!*best || strcmp(e->d_name, best) < 0)) snprintf(best, sizeof best, "%s", e->d_name);
+    }
+    closedir(d);
+    if (!*best) return 0;
+    snprintf(out, n, "%s/%s", models, best);
+    return 1;
+}
+
+const char *ink_default_model_dir(void)
+{
+    static char buf[PATH_MAX + 300];
+    const char *env = getenv("INKLING_MODEL");
+    if (env && *env) return env;
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        char base[PATH_MAX + 32];
+        snprintf(base, sizeof base, "%s/../../models", exe);
+        if (pick(base, buf, sizeof buf)) return buf;
+        snprintf(base, sizeof base, "%s/models", exe);
+        if (pick(base, buf, sizeof buf)) return buf;
+    }
+    if (pick("models", buf, sizeof buf)) return buf;
+    return NULL;
+}

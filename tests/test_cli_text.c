@@ -1,0 +1,193 @@
+/* test_cli_text.c — `inkling generate` with text: raw prompts on a small byte-level tokenizer (the
+ * text printed equals the decoded greedy ids of the token interface), chat prompts on the Inkling
+ * tokenizer (the rendered prompt length), the default model ($INKLING_MODEL), `inkling chat`
+ * over two turns, and Ctrl-C (clean stop, statistics printed, exit 130). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "support/ckpt.h"
+#include "support/util.h"
+#include "tok/chat.h"
+#include "tok/tokenizer.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* GPT-2 byte-level spelling of byte b. */
+static const char *byte_level(unsigned b, char out[3])
+{
+    int self = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+    unsigned cp = b;
+    if (!self) {
+        unsigned n = 0;
+        for (unsigned k = 0; k < b; k++) n += !((k >= 0x21 && k <= 0x7e) || (k >= 0xa1 && k <= 0xac) || k >= 0xae);
+        cp = 256 + n;
+    }
+    if (cp < 0x80) out[0] = (char)cp, out[1] = 0;
+    else out[0] = (char)(0xc0 | (cp >> 6)), out[1] = (char)(0x80 | (cp & 0x3f)), out[2] = 0;
+    return out;
+}
+
+/* A 256-byte-token BPE tokenizer with two merges and one special token (id 258). */
+static void write_small_tokenizer(const char *dir)
+{
+    json_t *root = json_object(), *model = json_object(), *vocab = json_object();
+    char b[3];
+    for (unsigned i = 0; i < 256; i++) json_object_set_new(vocab, byte_level(i, b), json_integer(i));
+    json_object_set_new(vocab, "he", json_integer(256));
+    json_object_set_new(vocab, "ll", json_integer(257));
+    json_object_set_new(model, "type", json_string("BPE"));
+    json_object_set_new(model, "vocab", vocab);
+    json_object_set_new(model, "merges", json_pack("[ss]", "h e", "l l"));
+    json_object_set_new(root, "model", model);
+    json_object_set_new(root, "normalizer", json_null());
+    json_object_set_new(root, "pre_tokenizer",
+                        json_pack("{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b,s:b}]}", "type", "Sequence", "pretokenizers",
+                                  "type", "Split", "pattern", "Regex", " ?\\p{L}+|\\s+(?!\\S)|\\s+|[^\\s\\p{L}]+",
+                                  "behavior", "Isolated", "invert", 0, "type", "ByteLevel", "add_prefix_space", 0,
+                                  "use_regex", 0));
+    json_object_set_new(root, "decoder", json_pack("{s:s}", "type", "ByteLevel"));
+    json_object_set_new(root, "added_tokens",
+                        json_pack("[{s:i,s:s,s:b}]", "id", 258, "content", "<|endoftext|>", "special", 1));
+    char p[400];
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    assert_int_equal(json_dump_file(root, p, 0), 0);
+    json_decref(root);
+}
+
+static void small_model(char *dir, size_t n)
+{
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.vocab = 264, sp.vocab_unpadded = 259, sp.eos = 258, sp.max_ctx = 2000000;
+    assert_int_equal(tu_tmpdir(dir, n, "text"), 0);
+    assert_int_equal(tiny_write(dir, &sp), 0);
+    write_small_tokenizer(dir);
+}
+
+static void test_raw_text_equals_token_path(void **state)
+{
+    (void)state;
+    char dir[256], cmd[2048], out[8192], err[8192], ids[4096];
+    small_model(dir, sizeof dir);
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s 'hello world'", tu_bin(), dir);
+    assert_int_equal(tu_run(cmd, ids, sizeof ids, err, sizeof err), 0);
+    ids[strcspn(ids, "\n")] = 0;
+    assert_string_equal(ids, "256,257,111,32,119,111,114,108,100");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --prompt-ids %s -n 12 --temp 0 --ids --ignore-eos", tu_bin(), dir, ids);
+    assert_int_equal(tu_run(cmd, out, sizeof out, err, sizeof err), 0);
+    out[strcspn(out, "\n")] = 0;
+    /* decode those ids through the library (special tokens skipped, as generate prints them) */
+    ink_tokenizer *t;
+    ink_err e = {0};
+    assert_int_equal(ink_tokenizer_open(&t, dir, &e), 0);
+    int32_t gen[16];
+    int ng = 0;
+    for (char *p = out; *p && ng < 16;) {
+        gen[ng++] = (int32_t)strtol(p, &p, 10);
+        if (*p == ',') p++;
+    }
+    assert_int_equal(ng, 12);
+    char *want;
+    size_t wl;
+    assert_int_equal(ink_tokenizer_decode(t, gen, 12, INK_DECODE_SKIP_SPECIAL | INK_DECODE_LOSSY, &want, &wl, &e), 0);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --raw -p 'hello world' -n 12 --temp 0 --ignore-eos", tu_bin(), dir);
+    assert_int_equal(tu_run(cmd, out, sizeof out, err, sizeof err), 0);
+    size_t ol = strlen(out);
+    if (ol && wl && out[ol - 1] == '\n') out[--ol] = 0; /* generate ends the reply with a newline */
+    assert_string_equal(out, want);
+    assert_non_null(strstr(err, "prompt eval: 9 tokens"));
+    assert_non_null(strstr(err, "eval: 12 tokens"));
+    free(want);
+    /* -f FILE gives the same; a missing file is a clear error */
+    char fp[300];
+    snprintf(fp, sizeof fp, "%s/prompt.txt", dir);
+    FILE *f = fopen(fp, "w");
+    fputs("hello world", f);
+    fclose(f);
+    char out2[8192];
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --raw -f %s -n 12 --temp 0 --ignore-eos", tu_bin(), dir, fp);
+    assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 0);
+    out2[strcspn(out2, "\n")] = 0;
+    assert_string_equal(out2, out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --raw -f %s/nope.txt", tu_bin(), dir, dir);
+    assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 1);
+    assert_non_null(strstr(err, "nope.txt"));
+    /* the default model: no -m */
+    snprintf(cmd, sizeof cmd, "INKLING_MODEL=%s %s generate --prompt-ids %s -n 3 --temp 0", dir, tu_bin(), ids);
+    assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 0);
+    ink_tokenizer_free(t);
+}
+
+/* Chat prompts on the Inkling tokenizer: the prompt the engine feeds is the chat rendering. */
+static void test_chat_prompt(void **state)
+{
+    (void)state;
+    char dir[256], cmd[2048], out[8192], err[8192], p[400];
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.vocab = 200064, sp.vocab_unpadded = 200058, sp.hidden = 32, sp.bf16 = 1, sp.n_layer = 2, sp.dense_mlp_idx = 1;
+    sp.n_local = 1, sp.local[0] = 0, sp.eos = 200006;
+    assert_int_equal(tu_tmpdir(dir, sizeof dir, "chat"), 0);
+    assert_int_equal(tiny_write(dir, &sp), 0);
+    snprintf(cmd, sizeof cmd, "gzip -dc tests/data/tok/tokenizer.json.gz > %s/tokenizer.json", dir);
+    assert_int_equal(system(cmd), 0);
+    ink_tokenizer *t;
+    ink_err e = {0};
+    assert_int_equal(ink_tokenizer_open(&t, dir, &e), 0);
+    ink_chat_msg msgs[2] = {{.role = INK_ROLE_SYSTEM, .content = "Be brief."}, {.role = INK_ROLE_USER, .content = "Hi <|end_message|>"}};
+    ink_tokens v = {0};
+    ink_chat_opts co = {.effort = "low"};
+    assert_int_equal(ink_chat_render(t, msgs, 2, &co, &v, &e), 0);
+    snprintf(p, sizeof p, "%s/stats.json", dir);
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s --system 'Be brief.' --reasoning-effort low -p 'Hi <|end_message|>' -n 6 --temp 0 "
+             "--stats-json %s",
+             tu_bin(), dir, p);
+    assert_int_equal(tu_run(cmd, out, sizeof out, err, sizeof err), 0);
+    json_t *st = json_load_file(p, 0, NULL);
+    assert_non_null(st);
+    assert_int_equal(json_integer_value(json_object_get(st, "prompt_tokens")), (json_int_t)v.n);
+    json_decref(st);
+    /* an unknown effort name is refused */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --reasoning-effort huge -p Hi -n 2", tu_bin(), dir);
+    assert_int_equal(tu_run(cmd, out, sizeof out, err, sizeof err), 1);
+    assert_non_null(strstr(err, "huge"));
+    /* two chat turns from stdin */
+    snprintf(cmd, sizeof cmd, "printf 'Hello\\nAgain\\n' | %s chat -m %s -n 4 --temp 0", tu_bin(), dir);
+    assert_int_equal(tu_run(cmd, out, sizeof out, err, sizeof err), 0);
+    int turns = 0;
+    for (char *q = err; (q = strstr(q, "prompt eval:")); q++) turns++;
+    assert_int_equal(turns, 2);
+    ink_tokens_free(&v);
+    ink_tokenizer_free(t);
+}
+
+/* SIGINT stops generation cleanly: statistics printed, exit code 130. */
+static void test_ctrl_c(void **state)
+{
+    (void)state;
+    char dir[256], cmd[2048], out[8192], err[8192];
+    small_model(dir, sizeof dir);
+    snprintf(cmd, sizeof cmd, "timeout --preserve-status -s INT 1 %s generate -m %s --raw -p hello -n 1000000 -c 1000100 --ignore-eos",
+             tu_bin(), dir);
+    int rc = tu_run(cmd, out, sizeof out, err, sizeof err);
+    assert_int_equal(rc, 130);
+    assert_non_null(strstr(err, "(interrupted)"));
+    assert_non_null(strstr(err, "eval:"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_raw_text_equals_token_path),
+        cmocka_unit_test(test_chat_prompt),
+        cmocka_unit_test(test_ctrl_c),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
