@@ -7,6 +7,7 @@
  * (gate_proj/up_proj) bind directly. */
 #include "model/model.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -410,6 +411,10 @@ static const naming namings[] = {
      {"model.language_model.embed_norm.weight", "model.language_model.embed_tokens.embed_norm.weight", NULL}},
     {"hf-causal", "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.%d.",
      {"model.embed_norm.weight", "model.embed_tokens.embed_norm.weight", NULL}},
+    /* mlx-vlm runtime names (what its sanitize() produces and a re-saved conversion stores) */
+    {"mlx-vlm", "language_model.model.embed_tokens.weight", "language_model.model.norm.weight",
+     "language_model.lm_head.weight", "language_model.model.layers.%d.",
+     {"language_model.model.embed_norm.weight", NULL, NULL}},
 };
 
 static const naming *detect_naming(const ink_tdir *td)
@@ -421,19 +426,203 @@ static const naming *detect_naming(const ink_tdir *td)
 
 static int starts(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
-static void describe_tensors(const ink_tdir *td, ink_model_info *info)
+/* ---- quantization block and per-tensor evidence (formats.md §4.9, §5) ------------------------- */
+
+typedef struct qblock {
+    json_t *root;         /* config.json (owned) */
+    json_t *q;            /* the MLX block (borrowed from root) or NULL */
+    const char *method;   /* foreign quantization_config.quant_method, or NULL */
+    int bits, group;      /* defaults */
+    const char *mode;
+} qblock;
+
+static void qblock_load(const char *dir, qblock *qb)
+{
+    memset(qb, 0, sizeof *qb);
+    qb->bits = 4, qb->group = 64, qb->mode = "affine";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    qb->root = json_load_file(path, 0, NULL);
+    if (!qb->root) return;
+    json_t *levels[2] = {qb->root, json_object_get(qb->root, "text_config")};
+    for (int i = 0; i < 2 && !qb->q; i++) {
+        if (!json_is_object(levels[i])) continue;
+        json_t *q = json_object_get(levels[i], "quantization");
+        json_t *qc = json_object_get(levels[i], "quantization_config");
+        if (json_is_object(q)) qb->q = q;
+        else if (json_is_object(qc) && !json_object_get(qc, "quant_method")) qb->q = qc;
+        else if (json_is_object(qc) && !qb->method) qb->method = json_string_value(json_object_get(qc, "quant_method"));
+    }
+    if (!qb->q) return;
+    json_t *v;
+    if (json_is_integer(v = json_object_get(qb->q, "bits"))) qb->bits = (int)json_integer_value(v);
+    if (json_is_integer(v = json_object_get(qb->q, "group_size"))) qb->group = (int)json_integer_value(v);
+    if (json_is_string(v = json_object_get(qb->q, "mode"))) qb->mode = json_string_value(v);
+}
+
+static void qblock_free(qblock *qb) { json_decref(qb->root); }
+
+static int ends(const char *s, const char *suf)
+{
+    size_t l = strlen(s), k = strlen(suf);
+    return l >= k && !strcmp(s + l - k, suf);
+}
+
+/* Bits and group of an affine tensor from its shapes: the input width is scales' groups x group;
+ * the config's default group is tried first, then 64, 32, 128. 0 when no candidate fits. */
+static int affine_shape(const ink_tdir *td, const ink_tref *sc, int pref_gs, int *bits, int *gs, int64_t *params)
+{
+    char pfx[512], wn[600];
+    snprintf(pfx, sizeof pfx, "%.*s", (int)(strlen(sc->name) - 7), sc->name);
+    snprintf(wn, sizeof wn, "%s.weight", pfx);
+    const ink_tref *w = ink_tdir_find(td, wn);
+    if (!w) w = ink_tdir_find(td, pfx);
+    if (!w || w->t->ndim < 1 || sc->t->ndim != w->t->ndim) return 0;
+    int64_t pw = w->t->shape[w->t->ndim - 1], G = sc->t->shape[sc->t->ndim - 1];
+    int cand[4] = {pref_gs, 64, 32, 128};
+    for (int i = 0; i < 4; i++) {
+        int64_t in = G * cand[i];
+        if (in <= 0 || (pw * 32) % in) continue;
+        int b = (int)(pw * 32 / in);
+        if (b < 2 || b > 8 || b == 7) continue;
+        *bits = b, *gs = cand[i];
+        *params = ink_st_numel(w->t) / pw * in;
+        return 1;
+    }
+    return 0;
+}
+
+/* Canonical spelling of a module path for matching override keys against stored prefixes: native,
+ * transformers and mlx-vlm runtime names map to one form. */
+static void canon(const char *p, char *out, size_t n)
+{
+    static const char *const strip[] = {"language_model.model.", "language_model.", "model.language_model.",
+                                        "model.llm.", "model.", NULL};
+    static const char *const rep[][2] = {
+        {"self_attn.q_proj", "attn.wq_du"}, {"self_attn.k_proj", "attn.wk_dv"}, {"self_attn.v_proj", "attn.wv_dv"},
+        {"self_attn.r_proj", "attn.wr_du"}, {"self_attn.o_proj", "attn.wo_ud"}, {"mlp.switch_mlp.", "mlp.experts."},
+        {"mlp.down_proj", "mlp.w2_md"},     {"embed_tokens", "embed"},         {"lm_head", "unembed"},
+    };
+    for (int i = 0; strip[i]; i++)
+        if (starts(p, strip[i])) {
+            p += strlen(strip[i]);
+            break;
+        }
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s", p);
+    for (size_t i = 0; i < sizeof rep / sizeof rep[0]; i++) {
+        char *h = strstr(a, rep[i][0]);
+        if (!h) continue;
+        snprintf(b, sizeof b, "%.*s%s%s", (int)(h - a), a, rep[i][1], h + strlen(rep[i][0]));
+        snprintf(a, sizeof a, "%s", b);
+    }
+    snprintf(out, n, "%s", a);
+}
+
+typedef struct qpfx {
+    char c[256];
+    int quant;
+} qpfx;
+
+static int qpfx_cmp(const void *a, const void *b) { return strcmp(((const qpfx *)a)->c, ((const qpfx *)b)->c); }
+
+/* Checks the quantization block against the tensors (formats.md §5.2): scales without a block, a
+ * foreign method, an fp mode, an override `false` on a quantized module or a dict on a float one. */
+static int quant_check(const ink_tdir *td, const qblock *qb, ink_err *err)
+{
+    int n_aff = 0, n_nv = 0;
+    for (int i = 0; i < td->n; i++) {
+        n_aff += ends(td->refs[i].name, ".scales");
+        n_nv += ends(td->refs[i].name, ".scale2");
+    }
+    if (qb->method && strcmp(qb->method, "modelopt") && (n_aff || n_nv || !qb->q))
+        return ink_err_set(err, INK_E_UNSUPPORTED,
+                           "%s: quantization_config.quant_method \"%s\" is not supported (MLX affine and ModelOpt NVFP4 are)",
+                           td->dir, qb->method);
+    if (n_aff && !qb->q)
+        return ink_err_set(err, INK_E_FORMAT, "%s: tensors have MLX .scales but config.json has no quantization block",
+                           td->dir);
+    if (n_aff && strcmp(qb->mode, "affine"))
+        return ink_err_set(err, INK_E_UNSUPPORTED, "%s: MLX quantization mode \"%s\" is not supported (affine is)",
+                           td->dir, qb->mode);
+    if (!qb->q) return INK_OK;
+    /* stored module prefixes, canonical, with whether they are quantized */
+    qpfx *ps = calloc(td->n > 0 ? (size_t)td->n : 1, sizeof *ps);
+    if (!ps) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    int np = 0;
+    for (int i = 0; i < td->n; i++) {
+        const char *nm = td->refs[i].name;
+        char pfx[512];
+        if (ends(nm, ".scales")) snprintf(pfx, sizeof pfx, "%.*s", (int)(strlen(nm) - 7), nm);
+        else if (ends(nm, ".weight")) snprintf(pfx, sizeof pfx, "%.*s", (int)(strlen(nm) - 7), nm);
+        else continue;
+        canon(pfx, ps[np].c, sizeof ps[np].c);
+        ps[np++].quant = ends(nm, ".scales");
+    }
+    qsort(ps, (size_t)np, sizeof *ps, qpfx_cmp);
+    int rc = INK_OK;
+    const char *key;
+    json_t *v;
+    json_object_foreach(qb->q, key, v) {
+        if (!strcmp(key, "bits") || !strcmp(key, "group_size") || !strcmp(key, "mode")) continue;
+        if (!json_is_false(v) && !json_is_object(v)) continue;
+        qpfx k;
+        canon(key, k.c, sizeof k.c);
+        qpfx *lo = bsearch(&k, ps, (size_t)np, sizeof *ps, qpfx_cmp);
+        if (!lo) continue; /* a module this engine does not load (vision, audio, ...) */
+        int quant = 0;     /* several stored spellings may share a canonical form: any quantized one counts */
+        while (lo > ps && !strcmp(lo[-1].c, k.c)) lo--;
+        for (qpfx *q = lo; q < ps + np && !strcmp(q->c, k.c); q++) quant |= q->quant;
+        if (json_is_false(v) && quant) {
+            rc = ink_err_set(err, INK_E_FORMAT, "%s: config.json quantization says %s is not quantized, but it has .scales",
+                             td->dir, key);
+            break;
+        }
+        if (json_is_object(v) && !quant) {
+            rc = ink_err_set(err, INK_E_FORMAT,
+                             "%s: config.json quantization has parameters for %s, but the checkpoint stores it unquantized",
+                             td->dir, key);
+            break;
+        }
+    }
+    free(ps);
+    return rc;
+}
+
+static void describe_tensors(const ink_tdir *td, const qblock *qb, ink_model_info *info)
 {
     int cnt[INK_DT_COUNT] = {0};
-    int mlx = 0, nvfp4 = 0;
+    int mlx = 0, nvfp4 = 0, bits_n[9] = {0}, gs_main = 0;
     for (int i = 0; i < td->n; i++) {
         const char *n = td->refs[i].name;
+        const ink_st_tensor *t = td->refs[i].t;
+        if (ends(n, ".scales")) {
+            int b, g;
+            int64_t np;
+            mlx++;
+            if (affine_shape(td, &td->refs[i], qb->group, &b, &g, &np)) {
+                bits_n[b]++;
+                if (!gs_main) gs_main = g;
+                info->n_params += np;
+            }
+            continue;
+        }
+        if (ends(n, ".biases") || ends(n, ".scale") || ends(n, ".input_amax") || ends(n, ".original_shape")) continue;
+        if (ends(n, ".scale2")) {
+            nvfp4++;
+            continue;
+        }
+        char sn[600];
+        snprintf(sn, sizeof sn, "%s.scale", n);
+        if (t->dtype == INK_DT_U8 && ink_tdir_find(td, sn)) {
+            info->n_params += 2 * ink_st_numel(t);
+            continue;
+        }
         size_t l = strlen(n);
-        if (l > 7 && !strcmp(n + l - 7, ".scales")) mlx++;
-        else if (l > 7 && !strcmp(n + l - 7, ".scale2")) nvfp4++;
-        else if (l > 6 && !strcmp(n + l - 6, ".scale")) continue;
-        else if (l > 7 && !strcmp(n + l - 7, ".biases")) continue;
-        else cnt[td->refs[i].t->dtype]++;
-        info->n_params += ink_st_numel(td->refs[i].t);
+        snprintf(sn, sizeof sn, "%.*s.scales", (int)(ends(n, ".weight") ? l - 7 : l), n);
+        if (t->dtype == INK_DT_U32 && ink_tdir_find(td, sn)) continue; /* counted with its scales */
+        cnt[t->dtype]++;
+        info->n_params += ink_st_numel(t);
     }
     char *p = info->dtype;
     size_t left = sizeof info->dtype;
@@ -443,8 +632,19 @@ static void describe_tensors(const ink_tdir *td, ink_model_info *info)
     int w = snprintf(p, left, "%s", major >= 0 ? ink_dtype_name(major) : "none");
     for (int d = 0; d < INK_DT_COUNT && w > 0 && (size_t)w < left; d++)
         if (cnt[d] && d != major) w += snprintf(p + w, left - (size_t)w, " +%s(%d)", ink_dtype_name(d), cnt[d]);
-    if (mlx) snprintf(info->quant, sizeof info->quant, "mlx-affine (%d quantized tensors)", mlx);
-    else if (nvfp4) snprintf(info->quant, sizeof info->quant, "nvfp4 (%d routed-expert tensors)", nvfp4);
+    if (mlx) {
+        int mb = 0;
+        for (int b = 2; b <= 8; b++)
+            if (bits_n[b] > bits_n[mb]) mb = b;
+        int l = snprintf(info->quant, sizeof info->quant, "mlx-affine %d-bit g%d", mb, gs_main ? gs_main : qb->group);
+        for (int b = 2; b <= 8 && l > 0 && (size_t)l < sizeof info->quant; b++)
+            if (bits_n[b] && b != mb)
+                l += snprintf(info->quant + l, sizeof info->quant - (size_t)l, " +%d-bit(%d)", b, bits_n[b]);
+        if (l > 0 && (size_t)l < sizeof info->quant)
+            l += snprintf(info->quant + l, sizeof info->quant - (size_t)l, ", %d quantized tensors", mlx);
+        if (nvfp4 && l > 0 && (size_t)l < sizeof info->quant)
+            snprintf(info->quant + l, sizeof info->quant - (size_t)l, ", nvfp4 (%d)", nvfp4);
+    } else if (nvfp4) snprintf(info->quant, sizeof info->quant, "nvfp4 (%d routed-expert tensors)", nvfp4);
     else snprintf(info->quant, sizeof info->quant, "none");
 }
 
@@ -546,14 +746,19 @@ int ink_model_detect(const char *dir, ink_model_info *info, ink_err *err)
     info->n_files = td.n_files;
     const naming *nm = detect_naming(&td);
     snprintf(info->names, sizeof info->names, "%s", nm ? nm->id : "unknown");
-    describe_tensors(&td, info);
+    qblock qb;
+    qblock_load(dir, &qb);
+    describe_tensors(&td, &qb, info);
     info->mtp_depth_tensors = count_mtp_blocks(dir);
-    info->supported = nm != NULL && !strcmp(info->quant, "none");
+    ink_err qe = {0};
+    int qrc = quant_check(&td, &qb, &qe);
+    info->supported = nm != NULL && !qrc;
     if (!nm)
         snprintf(info->reason, sizeof info->reason, "no embedding tensor under a known name (model.llm.embed.weight, "
                                                     "model.language_model.embed_tokens.weight, model.embed_tokens.weight)");
-    else if (strcmp(info->quant, "none"))
-        snprintf(info->reason, sizeof info->reason, "quantized weights (%s) are not supported by this build yet", info->quant);
+    else if (qrc)
+        snprintf(info->reason, sizeof info->reason, "%s", qe.msg);
+    qblock_free(&qb);
     ink_tdir_close(&td);
     free(c);
     return INK_OK;
@@ -582,7 +787,14 @@ int ink_model_open(ink_model **out, const char *dir, const ink_model_opts *opts,
     if ((rc = ink_tdir_open(&m->td, dir, INK_TDIR_TARGET, err))) goto fail;
     const ink_config *c = &m->cfg;
     fill_info_cfg(c, &m->info);
-    describe_tensors(&m->td, &m->info);
+    {
+        qblock qb;
+        qblock_load(dir, &qb);
+        describe_tensors(&m->td, &qb, &m->info);
+        rc = quant_check(&m->td, &qb, err);
+        qblock_free(&qb);
+        if (rc) goto fail;
+    }
     m->info.n_files = m->td.n_files;
     const naming *nm = detect_naming(&m->td);
     if (!nm) {

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,8 @@ static float *values(const tiny_spec *s, const char *name, size_t n, float cente
 
 /* ---- tensor list -------------------------------------------------------------------------- */
 
+#define SH_E(e) ((const int64_t[]){e})
+
 typedef struct tens {
     char name[160];
     int dtype, ndim;
@@ -67,7 +70,235 @@ typedef struct tens {
 typedef struct tlist {
     tens *t;
     int n, cap, err;
+    json_t *qovr; /* MLX per-module overrides collected while quantizing (NULL: no quantization) */
 } tlist;
+
+static tens *push(tlist *L, const char *name, int dtype, int ndim, const int64_t *shape, void *data, size_t bytes,
+                  int file)
+{
+    if (L->err || !data) {
+        L->err = 1;
+        free(data);
+        return NULL;
+    }
+    if (L->n == L->cap) {
+        L->cap = L->cap ? 2 * L->cap : 256;
+        tens *nt = realloc(L->t, (size_t)L->cap * sizeof *nt);
+        if (!nt) {
+            L->err = 1;
+            free(data);
+            return NULL;
+        }
+        L->t = nt;
+    }
+    tens *t = &L->t[L->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dtype = dtype, t->ndim = ndim, t->data = data, t->bytes = bytes, t->file = file;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    return t;
+}
+
+/* ---- quantization (MLX affine, formats.md §4.4; NVFP4, §3.2) ------------------------------- */
+
+static void put_code(uint8_t *row, size_t j, int bits, unsigned v)
+{
+    for (int k = 0; k < bits; k++) {
+        size_t bit = j * (size_t)bits + (size_t)k;
+        if (v >> k & 1) row[bit / 8] |= (uint8_t)(1u << (bit % 8));
+    }
+}
+
+/* One row of n inputs, MLX's algorithm: per group, the edge of larger magnitude is exactly
+ * representable; scales can be negative. deq gets scale * q + bias with the stored (BF16) values. */
+static void mlx_quant_row(const float *w, int n, int bits, int gs, uint8_t *packed, uint16_t *sc, uint16_t *bi,
+                          float *deq)
+{
+    float nmax = (float)((1 << bits) - 1);
+    for (int g = 0; g < n / gs; g++) {
+        const float *v = w + (size_t)g * gs;
+        float lo = v[0], hi = v[0];
+        for (int i = 1; i < gs; i++) lo = fminf(lo, v[i]), hi = fmaxf(hi, v[i]);
+        float sc_ = fmaxf((hi - lo) / nmax, 1e-7f), edge = lo, bias = 0.0f;
+        if (!(fabsf(lo) > fabsf(hi))) sc_ = -sc_, edge = hi;
+        float q0 = nearbyintf(edge / sc_);
+        if (q0 != 0.0f) sc_ = edge / q0, bias = edge;
+        sc[g] = ink_f32_to_bf16(sc_), bi[g] = ink_f32_to_bf16(bias);
+        float ss = ink_bf16_to_f32(sc[g]), sb = ink_bf16_to_f32(bi[g]);
+        for (int i = 0; i < gs; i++) {
+            float q = nearbyintf((v[i] - bias) / sc_);
+            q = q < 0 ? 0 : q > nmax ? nmax : q;
+            put_code(packed, (size_t)g * gs + (size_t)i, bits, (unsigned)q);
+            deq[(size_t)g * gs + i] = ss * q + sb;
+        }
+    }
+}
+
+static float e2m1v(unsigned c)
+{
+    static const float mag[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    return (c & 8) ? -mag[c & 7] : mag[c & 7];
+}
+
+static uint8_t e4m3_nearest(float v)
+{
+    uint8_t best = 0;
+    float be = INFINITY;
+    for (int c = 0; c <= 0x7E; c++) {
+        float e = fabsf(ink_e4m3_to_f32((uint8_t)c) - v);
+        if (e < be) be = e, best = (uint8_t)c;
+    }
+    return best;
+}
+
+/* One expert [rows, n]: codes (low nibble first), E4M3 block scales, returns scale2; deq = exact dequant. */
+static float nvfp4_quant(const float *w, int rows, int n, uint8_t *codes, uint8_t *bs, float *deq)
+{
+    float amax = 0;
+    for (size_t i = 0; i < (size_t)rows * n; i++) amax = fmaxf(amax, fabsf(w[i]));
+    float s2 = amax > 0 ? amax / (6.0f * 448.0f) : 1.0f;
+    for (int r = 0; r < rows; r++)
+        for (int b = 0; b < n / 16; b++) {
+            const float *v = w + (size_t)r * n + (size_t)b * 16;
+            float bm = 0;
+            for (int i = 0; i < 16; i++) bm = fmaxf(bm, fabsf(v[i]));
+            uint8_t e = e4m3_nearest(bm / 6.0f / s2);
+            bs[(size_t)r * (n / 16) + b] = e;
+            float sv = ink_e4m3_to_f32(e);
+            for (int i = 0; i < 16; i++) {
+                unsigned best = 0;
+                float be = INFINITY;
+                for (unsigned c = 0; c < 16 && sv > 0; c++) {
+                    float err = fabsf(e2m1v(c) * sv * s2 - v[i]);
+                    if (err < be) be = err, best = c;
+                }
+                size_t j = (size_t)r * n + (size_t)b * 16 + (size_t)i;
+                codes[j / 2] |= (uint8_t)(best << (4 * (j % 2)));
+                deq[j] = (e2m1v(best) * sv) * s2;
+            }
+        }
+    return s2;
+}
+
+/* Runtime (mlx-vlm) spelling of a stored module prefix, for override keys. */
+static void runtime_key(const char *p, char *out, size_t n)
+{
+    static const char *const rep[][2] = {
+        {"model.llm.layers.", "language_model.model.layers."}, {"model.llm.embed", "language_model.model.embed_tokens"},
+        {"model.llm.unembed", "language_model.lm_head"},     {"attn.wq_du", "self_attn.q_proj"},
+        {"attn.wk_dv", "self_attn.k_proj"},                  {"attn.wv_dv", "self_attn.v_proj"},
+        {"attn.wr_du", "self_attn.r_proj"},                  {"attn.wo_ud", "self_attn.o_proj"},
+        {"mlp.experts.", "mlp.switch_mlp."},                 {"mlp.w2_md", "mlp.down_proj"},
+    };
+    char a[256], b[256];
+    snprintf(a, sizeof a, "%s", p);
+    for (size_t i = 0; i < sizeof rep / sizeof rep[0]; i++) {
+        char *h = strstr(a, rep[i][0]);
+        if (!h) continue;
+        snprintf(b, sizeof b, "%.*s%s%s", (int)(h - a), a, rep[i][1], h + strlen(rep[i][0]));
+        snprintf(a, sizeof a, "%s", b);
+    }
+    snprintf(out, n, "%s", a);
+}
+
+/* 0: write as float; 1: MLX affine (bits, group in *b, *g); 2: NVFP4. Records overrides. */
+static int quant_kind(tlist *L, const tiny_spec *s, const char *name, int ndim, const int64_t *shape, int keep_f32,
+                      int *b, int *g)
+{
+    if (keep_f32 || ndim < 2) return 0;
+    if (s->nvfp4 && ndim == 3 && strstr(name, "mlp.experts.") && !(s->nvfp4_skip && strstr(name, s->nvfp4_skip)))
+        return shape[2] % 16 == 0 ? 2 : 0;
+    if (!s->qbits || strstr(name, "sconv") || strstr(name, "rel_logits_proj") || strstr(name, "mlp.gate.weight"))
+        return 0;
+    if (!s->qembed && (strstr(name, "embed.weight") || strstr(name, "unembed") || strstr(name, "embed_tokens") ||
+                       strstr(name, "lm_head")))
+        return 0;
+    if (shape[ndim - 1] % s->qgroup) return 0;
+    char pfx[200], key[256];
+    size_t l = strlen(name);
+    snprintf(pfx, sizeof pfx, "%.*s", (int)(l > 7 && !strcmp(name + l - 7, ".weight") ? l - 7 : l), name);
+    if (s->q_runtime_keys) runtime_key(pfx, key, sizeof key);
+    else snprintf(key, sizeof key, "%s", pfx);
+    if (s->qskip_match && strstr(name, s->qskip_match)) {
+        if (L->qovr) json_object_set_new(L->qovr, key, json_false());
+        return 0;
+    }
+    *g = s->qgroup, *b = s->qbits;
+    if (s->q8_match && strstr(name, s->q8_match)) {
+        *b = 8;
+        if (L->qovr) json_object_set_new(L->qovr, key, json_pack("{s:i,s:i}", "group_size", *g, "bits", 8));
+    }
+    return 1;
+}
+
+static void add_quant(tlist *L, const tiny_spec *s, const char *name, int ndim, const int64_t *shape, float *v,
+                      int kind, int bits, int gs, int file)
+{
+    int64_t rows = 1;
+    for (int i = 0; i < ndim - 1; i++) rows *= shape[i];
+    int n = (int)shape[ndim - 1];
+    size_t total = (size_t)rows * (size_t)n;
+    float *deq = malloc(total * sizeof *deq);
+    int64_t sh[4];
+    memcpy(sh, shape, sizeof(int64_t) * (size_t)ndim);
+    char nm[200];
+    if (kind == 2) {
+        int E = (int)shape[0], R = (int)shape[1];
+        uint8_t *codes = calloc(total / 2 + 1, 1), *bs = malloc(total / 16 + 1);
+        float *s2 = malloc((size_t)E * sizeof *s2);
+        if (!deq || !codes || !bs || !s2) {
+            free(deq), free(codes), free(bs), free(s2), free(v);
+            L->err = 1;
+            return;
+        }
+        for (int e = 0; e < E; e++)
+            s2[e] = nvfp4_quant(v + (size_t)e * R * n, R, n, codes + (size_t)e * R * n / 2, bs + (size_t)e * R * n / 16,
+                                deq + (size_t)e * R * n);
+        free(v);
+        if (s->qtwin) {
+            free(codes), free(bs), free(s2);
+            push(L, name, INK_DT_F32, ndim, shape, deq, total * 4, file);
+            return;
+        }
+        free(deq);
+        sh[2] = n / 2;
+        push(L, name, INK_DT_U8, 3, sh, codes, total / 2, file);
+        snprintf(nm, sizeof nm, "%s.scale", name);
+        sh[2] = n / 16;
+        push(L, nm, INK_DT_F8_E4M3, 3, sh, bs, total / 16, file);
+        snprintf(nm, sizeof nm, "%s.scale2", name);
+        push(L, nm, INK_DT_F32, 1, SH_E(E), s2, (size_t)E * 4, file);
+        return;
+    }
+    size_t rowb = (size_t)n * bits / 8, G = (size_t)(n / gs);
+    uint8_t *packed = calloc((size_t)rows * rowb + 4, 1);
+    uint16_t *sc = malloc((size_t)rows * G * 2 + 2), *bi = malloc((size_t)rows * G * 2 + 2);
+    if (!deq || !packed || !sc || !bi) {
+        free(deq), free(packed), free(sc), free(bi), free(v);
+        L->err = 1;
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        mlx_quant_row(v + (size_t)r * n, n, bits, gs, packed + (size_t)r * rowb, sc + (size_t)r * G, bi + (size_t)r * G,
+                      deq + (size_t)r * n);
+    free(v);
+    if (s->qtwin) {
+        free(packed), free(sc), free(bi);
+        push(L, name, INK_DT_F32, ndim, shape, deq, total * 4, file);
+        return;
+    }
+    free(deq);
+    char pfx[200];
+    size_t l = strlen(name);
+    snprintf(pfx, sizeof pfx, "%.*s", (int)(l > 7 && !strcmp(name + l - 7, ".weight") ? l - 7 : l), name);
+    sh[ndim - 1] = (int64_t)(rowb / 4);
+    push(L, name, INK_DT_U32, ndim, sh, packed, (size_t)rows * rowb, file);
+    sh[ndim - 1] = (int64_t)G;
+    snprintf(nm, sizeof nm, "%s.scales", pfx);
+    push(L, nm, INK_DT_BF16, ndim, sh, sc, (size_t)rows * G * 2, file);
+    snprintf(nm, sizeof nm, "%s.biases", pfx);
+    push(L, nm, INK_DT_BF16, ndim, sh, bi, (size_t)rows * G * 2, file);
+}
 
 static void add(tlist *L, const tiny_spec *s, const char *name, int ndim, const int64_t *shape, float *v, int keep_f32,
                 int file)
@@ -77,37 +308,23 @@ static void add(tlist *L, const tiny_spec *s, const char *name, int ndim, const 
         free(v);
         return;
     }
-    if (L->n == L->cap) {
-        L->cap = L->cap ? 2 * L->cap : 256;
-        tens *nt = realloc(L->t, (size_t)L->cap * sizeof *nt);
-        if (!nt) {
-            L->err = 1;
-            free(v);
-            return;
-        }
-        L->t = nt;
-    }
-    tens *t = &L->t[L->n++];
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->ndim = ndim;
     size_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= (size_t)(t->shape[i] = shape[i]);
-    t->file = file;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
     if (s->bf16_values && !keep_f32)
         for (size_t i = 0; i < n; i++) v[i] = ink_bf16_to_f32(ink_f32_to_bf16(v[i]));
+    int qb = 0, qg = 0, qk = quant_kind(L, s, name, ndim, shape, keep_f32, &qb, &qg);
+    if (qk) {
+        add_quant(L, s, name, ndim, shape, v, qk, qb, qg, file);
+        return;
+    }
     if (s->bf16 && !keep_f32) {
         uint16_t *b = malloc(n * 2 + 2);
-        if (!b) {
-            L->err = 1;
-            free(v);
-            return;
-        }
-        for (size_t i = 0; i < n; i++) b[i] = ink_f32_to_bf16(v[i]);
+        if (b)
+            for (size_t i = 0; i < n; i++) b[i] = ink_f32_to_bf16(v[i]);
         free(v);
-        t->data = b, t->bytes = n * 2, t->dtype = INK_DT_BF16;
+        push(L, name, INK_DT_BF16, ndim, shape, b, n * 2, file);
     } else {
-        t->data = v, t->bytes = n * 4, t->dtype = INK_DT_F32;
+        push(L, name, INK_DT_F32, ndim, shape, v, n * 4, file);
     }
 }
 
@@ -256,7 +473,7 @@ static int write_file(const char *path, tens **ts, int n)
         json_t *shape = json_array();
         for (int d = 0; d < ts[i]->ndim; d++) json_array_append_new(shape, json_integer(ts[i]->shape[d]));
         json_object_set_new(h, ts[i]->name,
-                            json_pack("{s:s,s:o,s:[I,I]}", "dtype", ts[i]->dtype == INK_DT_BF16 ? "BF16" : "F32",
+                            json_pack("{s:s,s:o,s:[I,I]}", "dtype", ink_dtype_name(ts[i]->dtype),
                                       "shape", shape, "data_offsets", (json_int_t)off,
                                       (json_int_t)(off + ts[i]->bytes)));
         off += ts[i]->bytes;
@@ -299,7 +516,7 @@ static json_t *int_array(const int *v, int n)
     return a;
 }
 
-static int write_config(const char *dir, const tiny_spec *s)
+static int write_config(const char *dir, const tiny_spec *s, json_t *qovr)
 {
     json_t *tc = json_object();
     json_object_set_new(tc, "model_max_length", json_integer(s->max_ctx));
@@ -344,6 +561,12 @@ static int write_config(const char *dir, const tiny_spec *s)
                             json_pack("{s:i,s:b,s:o}", "num_nextn_predict_layers", s->mtp_depth,
                                       "chain_hidden_post_norm", 0, "local_layer_ids",
                                       int_array(s->mtp_local, s->n_mtp_local)));
+    if (qovr) { /* MLX block: defaults + per-module overrides, mirrored (formats.md §5.1) */
+        json_t *q = json_pack("{s:i,s:i,s:s}", "group_size", s->qgroup, "bits", s->qbits, "mode", "affine");
+        json_object_update(q, qovr);
+        json_object_set(root, "quantization", q);
+        json_object_set_new(root, "quantization_config", q);
+    }
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     int rc = json_dump_file(root, path, JSON_INDENT(2));
@@ -354,11 +577,8 @@ static int write_config(const char *dir, const tiny_spec *s)
 int tiny_write(const char *dir, const tiny_spec *s)
 {
     mkdir(dir, 0755);
-    if (write_config(dir, s)) {
-        fprintf(stderr, "ckpt: cannot write %s/config.json\n", dir);
-        return -1;
-    }
     tlist L = {0};
+    if (s->qbits && !s->qtwin) L.qovr = json_object();
     int H = s->hidden, V = s->vocab, hf = s->naming == TINY_NAMES_HF;
     int shards = s->n_shards > 1 ? s->n_shards : 1;
     const char *base = hf ? "model.language_model." : "model.llm.";
@@ -398,6 +618,19 @@ int tiny_write(const char *dir, const tiny_spec *s)
         add_layer(&L, &s2, pfx, lg, sliding, 0, mtp_file);
     }
     int rc = L.err ? -1 : 0;
+    if (!rc && write_config(dir, s, L.qovr)) {
+        fprintf(stderr, "ckpt: cannot write %s/config.json\n", dir);
+        rc = -1;
+    }
+    json_decref(L.qovr);
+    if (s->nvfp4 && !s->qtwin && !rc) { /* ModelOpt's description of the NVFP4 experts */
+        char qp[4096];
+        snprintf(qp, sizeof qp, "%s/hf_quant_config.json", dir);
+        json_t *h = json_pack("{s:{s:s},s:{s:s,s:i,s:[]}}", "producer", "name", "modelopt", "quantization", "quant_algo",
+                              "NVFP4", "group_size", 16, "exclude_modules");
+        rc = json_dump_file(h, qp, JSON_INDENT(2));
+        json_decref(h);
+    }
     int n_files = s->mtp_depth && s->mtp_file ? shards + 1 : shards;
     tens **sel = malloc((size_t)(L.n ? L.n : 1) * sizeof *sel);
     json_t *wm = json_object();

@@ -32,6 +32,18 @@ typedef struct tiny_spec {
     int n_shards;                               /* >1: sharded with model.safetensors.index.json */
     uint64_t seed;
     float wscale;                               /* weight magnitude (uniform in [-wscale, wscale]) */
+    /* Quantized output (MLX affine, formats.md §4-5): every 2-D / stacked linear weight whose input
+     * width is a multiple of the group (not norms, convs, rel_logits_proj, the router) is quantized with
+     * the MLX algorithm and written as U32 weight + BF16 scales / biases, with a `quantization` block
+     * (mirrored in `quantization_config`) in config.json. */
+    int qbits, qgroup;                          /* 0: no quantization */
+    int qtwin;                                  /* 1: same decisions, but write the dequantized F32 values */
+    const char *q8_match;                       /* modules whose name contains it: 8-bit override (dict) */
+    const char *qskip_match;                    /* modules whose name contains it: left float, override false */
+    int qembed;                                 /* also quantize embed / unembed */
+    int q_runtime_keys;                         /* override keys in mlx-vlm runtime names (language_model...) */
+    int nvfp4;                                  /* NVFP4 routed experts (U8 + F8_E4M3 .scale + F32 .scale2) */
+    const char *nvfp4_skip;                     /* expert stacks whose name contains it stay float */
 } tiny_spec;
 
 /* The synthetic config of inkling-text.md §6 (all code paths live). */
