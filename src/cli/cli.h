@@ -13,5 +13,6 @@ const char *ink_default_model_dir(void);
 int cmd_download(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -1,0 +1,383 @@
+/* worker.c — the inference worker: loads the model, then runs queued jobs one at a time on one
+ * session (prefix reuse on), formatting each response into its job as tokens arrive. */
+#include "server/srv.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+double srv_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void srv_job_release(ink_server *S, srv_job *j)
+{
+    (void)S;
+    if (--j->refs == 0) srv_job_free(j);
+}
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+static void load(ink_server *S)
+{
+    ink_err e = {0};
+    double t0 = srv_now();
+    ink_model_opts mo = {S->o.n_threads};
+    char path[4200];
+    if (S->o.log) fprintf(S->o.log, "serve: loading %s\n", S->model_dir);
+    if (ink_model_open(&S->model, S->model_dir, &mo, &e)) goto fail;
+    if (S->o.draft && ink_drafter_open(&S->drafter, S->model, S->draft_dir ? S->draft_dir : S->model_dir, &e)) goto fail;
+    if (ink_session_create(&S->sess, S->model, S->o.n_ctx, &e)) goto fail;
+    snprintf(path, sizeof path, "%s/tokenizer.json", S->model_dir);
+    if (access(path, F_OK) == 0) {
+        if (ink_tokenizer_open(&S->tok, S->model_dir, &e)) goto fail;
+        ink_err ce = {0};
+        if (ink_chat_check_tokenizer(S->tok, &ce) == INK_OK) S->chat_ok = 1;
+        else snprintf(S->chat_why, sizeof S->chat_why, "%s", ce.msg);
+    } else snprintf(S->chat_why, sizeof S->chat_why, "the model directory has no tokenizer.json");
+    S->n_ctx = ink_session_n_ctx(S->sess);
+    S->n_vocab = ink_model_n_vocab(S->model);
+    S->eos = ink_model_get_info(S->model)->eos;
+    S->depth = S->drafter ? ink_drafter_n_depth(S->drafter) : 0;
+    S->load_time = (long long)time(NULL);
+    if (S->tok && ink_tokenizer_n_vocab(S->tok) > S->n_vocab && S->o.log)
+        fprintf(S->o.log, "serve: warning: the tokenizer has %d ids, the model %d\n", ink_tokenizer_n_vocab(S->tok), S->n_vocab);
+    if (S->o.log) {
+        fprintf(S->o.log, "serve: model ready in %.2f s: context %d, vocab %d, %s, chat %s\n", srv_now() - t0, S->n_ctx,
+                S->n_vocab, S->drafter ? "mtp drafter" : "no drafter", S->chat_ok ? "on" : "off");
+        fflush(S->o.log);
+    }
+    pthread_mutex_lock(&S->mu);
+    S->state = INK_SERVER_READY;
+    pthread_mutex_unlock(&S->mu);
+    return;
+fail:
+    pthread_mutex_lock(&S->mu);
+    S->load_err = e;
+    S->state = INK_SERVER_FAILED;
+    pthread_mutex_unlock(&S->mu);
+    if (S->o.log) fprintf(S->o.log, "serve: loading failed: %s: %s\n", ink_status_str(e.code), e.msg), fflush(S->o.log);
+}
+
+/* ---- one job ------------------------------------------------------------------------------ */
+
+typedef struct gctx {
+    ink_server *S;
+    srv_job *j;
+    srv_out out;
+    volatile int cancel;  /* what ink_generate checks */
+    int gone;             /* the client disconnected */
+    int stopped;          /* a stop id / stop string ended the output */
+    int n;                /* tokens that count (up to and including a stop) */
+    int32_t *ids;
+    int cap;
+} gctx;
+
+static void append_locked(srv_job *j, const char *s, size_t n)
+{
+    srv_buf_add(&j->body, s, n);
+    pthread_cond_broadcast(&j->cv);
+}
+
+static void sse(gctx *c, json_t *doc)
+{
+    char *s = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (!s) return;
+    ink_server *S = c->S;
+    pthread_mutex_lock(&S->mu);
+    srv_buf_add(&c->j->body, "data: ", 6);
+    srv_buf_add(&c->j->body, s, strlen(s));
+    append_locked(c->j, "\n\n", 2);
+    pthread_mutex_unlock(&S->mu);
+    free(s);
+}
+
+static json_t *chunk(gctx *c, json_t *choice)
+{
+    srv_job *j = c->j;
+    json_t *doc = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", j->id, "object",
+                            j->kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                            (json_int_t)j->created, "model", j->model_id, "choices", choice ? choice : json_object());
+    if (doc && j->include_usage) json_object_set_new(doc, "usage", json_null());
+    return doc;
+}
+
+static void on_delta(void *ud, int kind, const char *text, size_t len, json_t *tool, int index)
+{
+    gctx *c = ud;
+    if (!c->j->stream || c->gone) return;
+    json_t *choice;
+    if (c->j->kind == SRV_COMPLETION) {
+        if (kind != SRV_D_CONTENT) return;
+        choice = json_pack("{s:i, s:s%, s:n, s:n}", "index", 0, "text", text, len, "logprobs", "finish_reason");
+    } else {
+        json_t *delta;
+        if (kind == SRV_D_TOOL) {
+            json_t *t = json_deep_copy(tool);
+            json_object_set_new(t, "index", json_integer(index));
+            delta = json_pack("{s:[o]}", "tool_calls", t);
+        } else delta = json_pack("{s:s%}", kind == SRV_D_CONTENT ? "content" : "reasoning_content", text, len);
+        choice = json_pack("{s:i, s:o, s:n, s:n}", "index", 0, "delta", delta, "logprobs", "finish_reason");
+    }
+    sse(c, chunk(c, choice));
+}
+
+static void on_token(void *ud, int32_t tok)
+{
+    gctx *c = ud;
+    if (c->stopped || c->gone) return;
+    if (c->j->cancel) {
+        c->gone = 1, c->cancel = 1;
+        return;
+    }
+    if (c->n < c->cap) c->ids[c->n++] = tok;
+    if (srv_out_feed(&c->out, tok)) {
+        c->stopped = 1;
+        if (c->out.stop.hit) c->cancel = 1; /* stop string; stop ids end the generation themselves */
+    }
+}
+
+static json_t *ids_json(const int32_t *ids, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+static json_t *timings(const srv_job *j, const ink_gen_stats *st, int n, int use_draft, int k)
+{
+    double pms = st->prefill_s * 1e3, dms = st->decode_s * 1e3;
+    int pn = st->prompt_tokens - st->reused_tokens;
+    json_t *acc = json_array(), *prop = json_array();
+    for (int p = 0; p < st->n_pos && p < INK_MAX_DEPTH; p++) {
+        json_array_append_new(acc, json_integer(st->pos_accepted[p]));
+        json_array_append_new(prop, json_integer(st->pos_proposed[p]));
+    }
+    (void)j;
+    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:i, s:i, s:i, s:s, s:i, s:o, s:o}", "prompt_n", pn,
+                     "cache_n", st->reused_tokens, "prompt_ms", pms, "prompt_per_token_ms", pn ? pms / pn : 0.0,
+                     "prompt_per_second", pms > 0 ? pn / (pms / 1e3) : 0.0, "predicted_n", n, "predicted_ms", dms,
+                     "predicted_per_token_ms", n ? dms / n : 0.0, "predicted_per_second", dms > 0 ? n / (dms / 1e3) : 0.0,
+                     "draft_n", st->drafted, "draft_n_accepted", st->accepted, "draft_rounds", st->rounds, "draft_kind",
+                     use_draft ? "mtp" : "none", "draft_block_size", use_draft ? k : 1,
+                     "draft_accepted_per_position", acc, "draft_proposed_per_position", prop);
+}
+
+static json_t *usage(const ink_gen_stats *st, int n)
+{
+    return json_pack("{s:i, s:i, s:i, s:{s:i}, s:{s:i, s:i}}", "prompt_tokens", st->prompt_tokens, "completion_tokens", n,
+                     "total_tokens", st->prompt_tokens + n, "prompt_tokens_details", "cached_tokens", st->reused_tokens,
+                     "completion_tokens_details", "accepted_prediction_tokens", st->accepted,
+                     "rejected_prediction_tokens", st->drafted - st->accepted);
+}
+
+static void finish_error(gctx *c, int status, const char *msg)
+{
+    srv_job *j = c->j;
+    char *e = srv_error_json(status, status >= 500 ? "server_error" : "invalid_request_error", NULL, NULL, "%s", msg);
+    pthread_mutex_lock(&c->S->mu);
+    if (j->stream) {
+        srv_buf_add(&j->body, "data: ", 6);
+        srv_buf_add(&j->body, e, strlen(e));
+        append_locked(j, "\n\ndata: [DONE]\n\n", 16);
+    } else {
+        j->status = status;
+        j->body.n = 0;
+        append_locked(j, e, strlen(e));
+    }
+    pthread_mutex_unlock(&c->S->mu);
+    free(e);
+}
+
+static void run_job(ink_server *S, srv_job *j)
+{
+    gctx c = {0};
+    c.S = S, c.j = j;
+    c.cap = j->max_tokens > 0 ? j->max_tokens : 1;
+    int32_t *out = malloc((size_t)c.cap * sizeof *out);
+    c.ids = malloc((size_t)c.cap * sizeof *c.ids);
+    ink_err e = {0};
+    ink_gen_stats st;
+    memset(&st, 0, sizeof st);
+    int rc, n_out = 0;
+    char pre[64];
+    snprintf(pre, sizeof pre, "call_%s", j->id + (j->kind == SRV_CHAT ? 9 : 5));
+    if (!out || !c.ids) rc = ink_err_set(&e, INK_E_NOMEM, "out of memory");
+    else rc = srv_out_init(&c.out, j->kind == SRV_CHAT, S->tok, j->stops, j->n_stops, pre, on_delta, &c, &e);
+    if (rc) {
+        free(out), free(c.ids);
+        finish_error(&c, 500, e.msg);
+        return;
+    }
+    if (j->stream && j->kind == SRV_CHAT)
+        sse(&c, chunk(&c, json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", 0, "delta", "role", "assistant", "content", "",
+                                    "logprobs", "finish_reason")));
+    ink_gen_opts o = {0};
+    o.max_tokens = j->max_tokens;
+    o.stop_eos = j->stop_eos;
+    o.eos = j->kind == SRV_CHAT && S->chat_ok ? INK_ID_END_SAMPLING : -1;
+    const int32_t *stops;
+    size_t n_stops = ink_chat_stop_ids(&stops);
+    if (j->kind == SRV_CHAT && S->chat_ok) o.stop_ids = stops, o.n_stop_ids = (int)n_stops;
+    if (S->tok) o.vocab_limit = ink_tokenizer_n_vocab(S->tok);
+    o.sampling = j->sampling;
+    o.drafter = j->use_draft ? S->drafter : NULL;
+    o.block_size = j->block_size;
+    o.mtp_mode = j->mtp_mode;
+    o.reuse_prefix = 1;
+    o.on_token = on_token;
+    o.ud = &c;
+    o.cancel = &c.cancel;
+    rc = ink_generate(S->sess, j->prompt, j->n_prompt, &o, out, c.cap, &n_out, &st, &e);
+    if (rc == INK_E_CANCELLED && c.stopped) rc = INK_OK;
+    if (j->cancel) c.gone = 1;
+    srv_out_finish(&c.out);
+    int eos = o.eos >= 0 ? o.eos : S->eos;
+    const char *finish = "length";
+    if (c.stopped || (j->stop_eos && c.n > 0 && c.ids[c.n - 1] == eos))
+        finish = json_array_size(c.out.tool_calls) ? "tool_calls" : "stop";
+    int K = o.drafter ? (o.block_size > 0 ? o.block_size : S->depth + 2) : 1;
+
+    pthread_mutex_lock(&S->mu);
+    S->met.requests++;
+    if (c.gone) S->met.cancelled++;
+    else if (rc) S->met.errors++;
+    else S->met.ok++;
+    S->met.prompt_tokens += (unsigned long long)(st.prompt_tokens - st.reused_tokens);
+    S->met.reused_tokens += (unsigned long long)st.reused_tokens;
+    S->met.prompt_s += st.prefill_s;
+    S->met.predicted_tokens += (unsigned long long)c.n;
+    S->met.predicted_s += st.decode_s;
+    S->met.spec_rounds += (unsigned long long)st.rounds;
+    S->met.draft_tokens += (unsigned long long)st.drafted;
+    S->met.accepted_tokens += (unsigned long long)st.accepted;
+    for (int p = 0; p < st.n_pos && p < INK_MAX_DEPTH; p++)
+        S->met.pos_proposed[p] += (unsigned long long)st.pos_proposed[p], S->met.pos_accepted[p] += (unsigned long long)st.pos_accepted[p];
+    if (st.n_pos > S->met.n_pos) S->met.n_pos = st.n_pos;
+    pthread_mutex_unlock(&S->mu);
+
+    if (S->o.log) {
+        fprintf(S->o.log, "serve: %s %s: %s, prompt %d (reused %d) %.1f ms, generated %d %.1f ms (%.1f tok/s)", j->path,
+                j->id, c.gone ? "cancelled" : rc ? "failed" : finish, st.prompt_tokens, st.reused_tokens, st.prefill_s * 1e3,
+                c.n, st.decode_s * 1e3, st.decode_s > 0 ? c.n / st.decode_s : 0.0);
+        if (o.drafter) fprintf(S->o.log, ", mtp K=%d %d/%d drafts accepted", K, st.accepted, st.drafted);
+        if (rc && !c.gone) fprintf(S->o.log, ": %s", e.msg);
+        fprintf(S->o.log, "\n");
+        fflush(S->o.log);
+    }
+
+    if (c.gone) {
+        /* nobody reads the body */
+    } else if (rc) {
+        finish_error(&c, rc == INK_E_CTX_FULL || rc == INK_E_INVAL ? 400 : 500, e.msg);
+    } else if (j->stream) {
+        json_t *choice = j->kind == SRV_CHAT
+                             ? json_pack("{s:i, s:{}, s:n, s:s}", "index", 0, "delta", "logprobs", "finish_reason", finish)
+                             : json_pack("{s:i, s:s, s:n, s:s}", "index", 0, "text", "", "logprobs", "finish_reason", finish);
+        json_t *last = chunk(&c, choice);
+        json_object_set_new(last, "timings", timings(j, &st, c.n, o.drafter != NULL, K));
+        sse(&c, last);
+        if (j->include_usage) {
+            json_t *u = chunk(&c, NULL);
+            json_array_clear(json_object_get(u, "choices"));
+            json_object_set_new(u, "usage", usage(&st, c.n));
+            json_object_set_new(u, "timings", timings(j, &st, c.n, o.drafter != NULL, K));
+            sse(&c, u);
+        }
+        pthread_mutex_lock(&S->mu);
+        append_locked(j, "data: [DONE]\n\n", 14);
+        pthread_mutex_unlock(&S->mu);
+    } else {
+        size_t tl;
+        const char *txt = srv_out_text(&c.out, &tl);
+        json_t *choice;
+        if (j->kind == SRV_CHAT) {
+            json_t *msg = json_pack("{s:s}", "role", "assistant");
+            int has_tools = json_array_size(c.out.tool_calls) > 0;
+            json_object_set_new(msg, "content", tl || !has_tools ? json_stringn(txt, tl) : json_null());
+            if (c.out.reasoning.n) json_object_set_new(msg, "reasoning_content", json_stringn(c.out.reasoning.p, c.out.reasoning.n));
+            if (has_tools) json_object_set(msg, "tool_calls", c.out.tool_calls);
+            choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs", "finish_reason", finish);
+        } else {
+            choice = json_pack("{s:i, s:s%, s:n, s:s}", "index", 0, "text", txt, tl, "logprobs", "finish_reason", finish);
+        }
+        if (j->return_ids) json_object_set_new(choice, "token_ids", ids_json(c.ids, c.n));
+        json_t *doc = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:o}", "id", j->id, "object",
+                                j->kind == SRV_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)j->created,
+                                "model", j->model_id, "choices", choice, "usage", usage(&st, c.n), "timings",
+                                timings(j, &st, c.n, o.drafter != NULL, K));
+        if (doc && j->return_ids) json_object_set_new(doc, "prompt_token_ids", ids_json(j->prompt, j->n_prompt));
+        char *s = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+        json_decref(doc);
+        if (!s) finish_error(&c, 500, "out of memory");
+        else {
+            pthread_mutex_lock(&S->mu);
+            j->status = 200;
+            append_locked(j, s, strlen(s));
+            pthread_mutex_unlock(&S->mu);
+            free(s);
+        }
+    }
+    srv_out_free(&c.out);
+    free(out);
+    free(c.ids);
+}
+
+/* ---- loop ---------------------------------------------------------------------------------- */
+
+void *srv_worker_main(void *arg)
+{
+    ink_server *S = arg;
+    load(S);
+    pthread_mutex_lock(&S->mu);
+    for (;;) {
+        while (!S->stopping && !S->q_head) pthread_cond_wait(&S->wcv, &S->mu);
+        if (S->stopping) break;
+        srv_job *j = S->q_head;
+        S->q_head = j->next;
+        if (!S->q_head) S->q_tail = NULL;
+        S->q_len--;
+        j->next = NULL;
+        if (j->cancel) {
+            S->met.cancelled++;
+        } else {
+            S->running = j;
+            pthread_mutex_unlock(&S->mu);
+            run_job(S, j);
+            pthread_mutex_lock(&S->mu);
+            S->running = NULL;
+        }
+        j->done = 1;
+        pthread_cond_broadcast(&j->cv);
+        srv_job_release(S, j);
+    }
+    /* shutting down: fail what is still queued */
+    while (S->q_head) {
+        srv_job *j = S->q_head;
+        S->q_head = j->next;
+        S->q_len--;
+        char *e = srv_error_json(503, "unavailable_error", NULL, NULL, "the server is shutting down");
+        if (j->stream) {
+            srv_buf_add(&j->body, "data: ", 6);
+            srv_buf_add(&j->body, e, strlen(e));
+            srv_buf_add(&j->body, "\n\ndata: [DONE]\n\n", 16);
+        } else {
+            j->status = 503;
+            srv_buf_add(&j->body, e, strlen(e));
+        }
+        free(e);
+        j->done = 1;
+        pthread_cond_broadcast(&j->cv);
+        srv_job_release(S, j);
+    }
+    S->q_tail = NULL;
+    pthread_mutex_unlock(&S->mu);
+    return NULL;
+}
