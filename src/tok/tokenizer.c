@@ -18,6 +18,9 @@ typedef struct tok_ent {
     uint8_t special; /* added token marked special */
 } tok_ent;
 
+/* Token ids are below 2^24 (config.json's vocab_size limit): the id table is sized by the largest id. */
+#define TOK_MAX_ID (1 << 24)
+
 typedef struct added_tok {
     int32_t id;
     uint32_t off, len;
@@ -544,7 +547,7 @@ static int load_model(ink_tokenizer *t, json_t *model, const char *name, ink_err
     json_t *val;
     int64_t max_id = -1;
     json_object_foreach(vocab, key, val) {
-        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= INT32_MAX / 2)
+        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= TOK_MAX_ID)
             return ink_err_set(err, INK_E_FORMAT, "%s: model.vocab['%.64s']: id is not a valid integer",
                                name, key);
         if (json_integer_value(val) > max_id)
@@ -832,7 +835,7 @@ static int build(ink_tokenizer *t, json_t *root, const char *name, ink_err *err)
     for (size_t i = 0; i < json_array_size(added); i++) {
         json_t *id = json_object_get(json_array_get(added, i), "id");
         if (json_is_integer(id) && json_integer_value(id) >= t->n_vocab &&
-            json_integer_value(id) < INT32_MAX / 2)
+            json_integer_value(id) < TOK_MAX_ID)
             t->n_vocab = (int)json_integer_value(id) + 1;
     }
     if (t->n_vocab <= 0)
