@@ -83,7 +83,8 @@ debug:
 	@$(MAKE) --no-print-directory MODE=debug all
 
 bench: all
-	./inkling bench
+	@$(BUILD)/tools/mkbench build/bench
+	./inkling bench -m build/bench/bf16 -m build/bench/q4
 
 clean:
 	rm -rf build inkling

@@ -14,5 +14,6 @@ int cmd_download(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

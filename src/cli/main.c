@@ -18,6 +18,7 @@ static const command commands[] = {
     {"download", cmd_download, "fetch model files from the Hugging Face Hub (resumable, verified)"},
     {"tokenize", cmd_tokenize, "print the token ids (or pieces) of a text"},
     {"detokenize", cmd_detokenize, "print the text of comma-separated token ids"},
+    {"bench", cmd_bench, "measure the machine's ceilings, kernel roofline fractions, verify cost, tok/s"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server (chat, completions, SSE, MTP, metrics)"},
 };
 
