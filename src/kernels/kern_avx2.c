@@ -25,6 +25,20 @@ AI float hsum8(__m256 a)
     return _mm_cvtss_f32(h) + _mm_cvtss_f32(_mm_shuffle_ps(h, h, 1));
 }
 
+/* F8_E4M3 by bit assembly (normal: exponent rebias 7 -> 127; subnormal: m * 2^-9; 0x7F / 0xFF NaN) */
+AI float e4m3(uint8_t b)
+{
+    uint32_t e = (b >> 3) & 15, m = b & 7, s = (uint32_t)(b >> 7) << 31;
+    union { uint32_t u; float f; } v;
+    if (e == 15 && m == 7) v.u = 0x7fc00000u | s;
+    else if (e) v.u = s | (e + 120) << 23 | m << 20;
+    else {
+        v.f = (float)m * 0.001953125f;
+        v.u |= s;
+    }
+    return v.f;
+}
+
 AI float scale_at(const void *p, int dt, size_t i)
 {
     if (dt == INK_DT_BF16) return ink_bf16_to_f32(((const uint16_t *)p)[i]);
@@ -116,8 +130,24 @@ AI __m256i codes8(const int bits, const uint8_t *row, int c)
         __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(u), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
         return _mm256_and_si256(v, _mm256_set1_epi32(3));
     }
-    uint64_t u = 0;
-    memcpy(&u, p, (size_t)bits);
+    /* 3, 5, 6 bits: assemble the `bits` bytes in registers (a byte-wise memcpy into a wider
+     * stack slot would stall on store forwarding) */
+    uint64_t u;
+    if (bits == 3) {
+        uint16_t a;
+        memcpy(&a, p, 2);
+        u = a | (uint64_t)p[2] << 16;
+    } else if (bits == 5) {
+        uint32_t a;
+        memcpy(&a, p, 4);
+        u = a | (uint64_t)p[4] << 32;
+    } else {
+        uint32_t a;
+        uint16_t b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + 4, 2);
+        u = a | (uint64_t)b << 32;
+    }
     uint32_t w0 = (uint32_t)u, w1 = (uint32_t)(u >> (4 * bits));
     __m256i v = _mm256_setr_epi32((int)w0, (int)w0, (int)w0, (int)w0, (int)w1, (int)w1, (int)w1, (int)w1);
     v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, bits, 2 * bits, 3 * bits, 0, bits, 2 * bits, 3 * bits));
@@ -180,8 +210,7 @@ AI void ntile(const ink_mat *W, int r0, const float *x, size_t ldx, int g0, int 
         __m256 tb[2];
 #pragma GCC unroll 2
         for (int r = 0; r < NR; r++)
-            tb[r] = _mm256_mul_ps(mag, _mm256_set1_ps(ink_e4m3_to_f32(
-                                           ((const uint8_t *)W->scales)[(size_t)(r0 + r) * W->sstride + (size_t)g])));
+            tb[r] = _mm256_mul_ps(mag, _mm256_set1_ps(e4m3(((const uint8_t *)W->scales)[(size_t)(r0 + r) * W->sstride + (size_t)g])));
         for (int c = g * 16; c < g * 16 + 16; c += 8) {
             __m256 wv[2];
 #pragma GCC unroll 2
