@@ -118,6 +118,25 @@ static void test_raw_text_equals_token_path(void **state)
     snprintf(cmd, sizeof cmd, "%s generate -m %s --raw -f %s/nope.txt", tu_bin(), dir, dir);
     assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 1);
     assert_non_null(strstr(err, "nope.txt"));
+    /* -m owner/name resolves to the download cache */
+    char cache[300];
+    snprintf(cache, sizeof cache, "%s-cache", dir);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/models/acme/tiny/refs %s/models/acme/tiny/snapshots/abc123 && printf abc123 > "
+             "%s/models/acme/tiny/refs/main && cp %s/config.json %s/model.safetensors %s/tokenizer.json "
+             "%s/models/acme/tiny/snapshots/abc123/",
+             cache, cache, cache, dir, dir, dir, cache);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "INKLING_CACHE_DIR=%s %s generate -m acme/tiny --prompt-ids %s -n 12 --temp 0 --ignore-eos",
+             cache, tu_bin(), ids);
+    char out3[8192];
+    assert_int_equal(tu_run(cmd, out3, sizeof out3, err, sizeof err), 0);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --prompt-ids %s -n 12 --temp 0 --ignore-eos", tu_bin(), dir, ids);
+    assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 0);
+    assert_string_equal(out3, out2);
+    snprintf(cmd, sizeof cmd, "INKLING_CACHE_DIR=%s %s info -m acme/other", cache, tu_bin());
+    assert_int_equal(tu_run(cmd, out3, sizeof out3, err, sizeof err), 1);
+    assert_non_null(strstr(err, "inkling download acme/other"));
     /* the default model: no -m */
     snprintf(cmd, sizeof cmd, "INKLING_MODEL=%s %s generate --prompt-ids %s -n 3 --temp 0", dir, tu_bin(), ids);
     assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 0);

@@ -10,6 +10,9 @@ int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 /* The bundled default model's directory (static buffer), or NULL if none is found. */
 const char *ink_default_model_dir(void);
+/* What -m ARG names: an existing path as is; an owner/name Hub id resolved to the local download
+ * cache; NULL ARG: the default model. Static buffer. */
+const char *ink_cli_model_dir(const char *arg);
 int cmd_download(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);

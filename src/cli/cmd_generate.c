@@ -269,6 +269,7 @@ static void print_timings(const ink_gen_stats *st, int drafting, const char *mod
 typedef struct run {
     gargs a;
     const char *dir;
+    char dirbuf[4352];
     ink_model *m;
     ink_drafter *d;
     ink_session *s;
@@ -288,7 +289,8 @@ static void run_free(run *r)
 static int run_open(run *r, int need_tok, int n_ctx_hint)
 {
     gargs *a = &r->a;
-    r->dir = a->model ? a->model : ink_default_model_dir();
+    r->dir = ink_cli_model_dir(a->model);
+    if (r->dir) snprintf(r->dirbuf, sizeof r->dirbuf, "%s", r->dir), r->dir = r->dirbuf;
     if (!r->dir) {
         fprintf(stderr, "inkling: no model: pass -m DIR (no bundled default model was found)\n");
         return 2;
@@ -298,7 +300,8 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     if (isatty(2)) fprintf(stderr, "loading %s ...\r", r->dir);
     ink_model_opts mo = {(int)a->threads};
     if (ink_model_open(&r->m, r->dir, &mo, &r->e)) return fail(&r->e);
-    if (!strcmp(a->draft_kind, "mtp") && ink_drafter_open(&r->d, r->m, a->draft_model ? a->draft_model : r->dir, &r->e))
+    if (!strcmp(a->draft_kind, "mtp") &&
+        ink_drafter_open(&r->d, r->m, a->draft_model ? ink_cli_model_dir(a->draft_model) : r->dir, &r->e))
         return fail(&r->e);
     long n_ctx = a->n_ctx, max_ctx = ink_model_get_info(r->m)->max_ctx;
     if (!n_ctx && n_ctx_hint > 4096) n_ctx = n_ctx_hint < max_ctx ? n_ctx_hint : max_ctx;

@@ -34,6 +34,14 @@ static int common_arg(common *c, int argc, char **argv, int *i)
     return 0;
 }
 
+/* Resolves -m (path, Hub id in the cache, or the default model) after parsing. */
+static void resolve_model(common *c)
+{
+    static char buf[4352];
+    const char *d = ink_cli_model_dir(c->model);
+    if (d) snprintf(buf, sizeof buf, "%s", d), c->model = buf;
+}
+
 static int fail(const ink_err *e)
 {
     fprintf(stderr, "inkling: %s: %s\n", ink_status_str(e->code), e->msg);
@@ -43,7 +51,7 @@ static int fail(const ink_err *e)
 static int open_model(const common *c, ink_model **m, ink_err *e)
 {
     if (!c->model) {
-        fprintf(stderr, "inkling: no model: pass -m DIR\n");
+        fprintf(stderr, "inkling: no model: pass -m DIR (no bundled default model was found)\n");
         return 2;
     }
     ink_model_opts o = {(int)c->threads};
@@ -66,8 +74,9 @@ int cmd_info(int argc, char **argv)
         fprintf(stderr, "inkling info: unknown option %s\n", argv[i]);
         return 2;
     }
+    resolve_model(&c);
     if (!c.model) {
-        fprintf(stderr, "inkling info: no model: pass -m DIR\n");
+        fprintf(stderr, "inkling info: no model: pass -m DIR (no bundled default model was found)\n");
         return 2;
     }
     ink_model_info info;
@@ -163,6 +172,7 @@ int cmd_logits(int argc, char **argv)
             return 2;
         }
     }
+    resolve_model(&c);
     if (!ids_s || !outp) {
         fprintf(stderr, "inkling logits: need --prompt-ids and -o OUT.npy\n");
         return 2;

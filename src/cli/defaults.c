@@ -3,6 +3,7 @@
  * and under the current directory. Inside a models/ directory, the name in models/DEFAULT wins,
  * else the first subdirectory (alphabetically) holding a config.json. */
 #include "cli/cli.h"
+#include "dl/hub.h"
 
 #include <dirent.h>
 #include <limits.h>
@@ -66,4 +67,21 @@ const char *ink_default_model_dir(void)
     }
     if (pick("models", buf, sizeof buf)) return buf;
     return NULL;
+}
+
+const char *ink_cli_model_dir(const char *arg)
+{
+    static char buf[PATH_MAX + 300];
+    if (!arg) return ink_default_model_dir();
+    struct stat st;
+    if (stat(arg, &st) == 0 || !ink_hub_is_repo_id(arg)) return arg; /* a path (errors name it later) */
+    char cache[PATH_MAX];
+    ink_err e = {0};
+    if (ink_hub_default_cache_dir(getenv("INKLING_CACHE_DIR"), getenv("XDG_CACHE_HOME"), getenv("HOME"), cache,
+                                  sizeof cache, &e) ||
+        ink_hub_model_arg(arg, cache, buf, sizeof buf, &e)) {
+        fprintf(stderr, "inkling: -m %s: %s\n", arg, e.msg);
+        return arg;
+    }
+    return buf;
 }
