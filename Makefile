@@ -32,6 +32,7 @@ TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
 LIBA     := $(BUILD)/libinkling.a
 BIN      := $(BUILD)/inkling
 
+.SECONDARY:
 .PHONY: all test asan debug bench clean deps check-build
 all: $(BIN) $(TOOL_BIN)
 ifeq ($(MODE),release)
@@ -61,9 +62,15 @@ $(BIN): $(CLI_OBJ) $(LIBA)
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) $(CLI_OBJ) $(LIBA) $(LDLIBS) -o $@
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TSUP_OBJ) $(LIBA)
+# Tests may call the CLI's commands directly: every CLI object but main.o, as an archive.
+CLIA := $(BUILD)/libinkcli.a
+$(CLIA): $(filter-out %/main.o,$(CLI_OBJ))
+	@rm -f $@
+	@ar rcs $@ $^
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TSUP_OBJ) $(CLIA) $(LIBA)
 	@echo "  LD    $@"
-	@$(CC) $(LDFLAGS) $< $(TSUP_OBJ) $(LIBA) $(LDLIBS) -lcmocka -o $@
+	@$(CC) $(LDFLAGS) $< $(TSUP_OBJ) $(CLIA) $(LIBA) $(LDLIBS) -lcmocka -o $@
 
 $(BUILD)/tools/%: $(BUILD)/tools/%.o $(TSUP_OBJ) $(LIBA)
 	@echo "  LD    $@"

@@ -25,7 +25,7 @@
 #include "dl/sha.h"
 
 /* The CLI front end is compiled in to test argument handling and the environment. */
-#include "cli/cmd_download.c"
+#include "cli/cli.h"
 
 #define MOCK "tests/support/mock_hub.py"
 
