@@ -256,7 +256,7 @@ static int can_continue(const gen *g, const ink_session *s, const int32_t *promp
     return L <= P && L <= g->n_last + 1 && !memcmp(g->seq, prompt, (size_t)L * sizeof *prompt);
 }
 
-static int emit(gen *g, int32_t tok, int32_t *out, int *n_out, int *stop)
+static void emit(gen *g, int32_t tok, int32_t *out, int *n_out, int *stop)
 {
     out[(*n_out)++] = tok;
     if (g->o->on_token) g->o->on_token(g->o->ud, tok);
@@ -264,7 +264,6 @@ static int emit(gen *g, int32_t tok, int32_t *out, int *n_out, int *stop)
     if ((g->o->stop_eos && tok == eos) || *n_out >= g->o->max_tokens) *stop = 1;
     for (int i = 0; i < g->o->n_stop_ids; i++)
         if (tok == g->o->stop_ids[i]) *stop = 1;
-    return 0;
 }
 
 int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opts *o, int32_t *out, int out_cap,
@@ -409,9 +408,11 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
             if (rc) break;
         }
         for (int j = 0; j < e; j++) g->seq[n + 1 + j] = g->emitted[j];
-        if (M > 0 && compat) { /* also after a stop, so that a later call can continue */
-            ink_layer_cache_load(&g->d->d[0].cache, g->d->d[0].conv_save);
-            for (int b = 1; b < g->D; b++) ink_layer_cache_clear(&g->d->d[b].cache);
+        if (compat && g->Mmax > 0) { /* also after a stop or a clamped round, so block 0 never lags */
+            if (M > 0) {
+                ink_layer_cache_load(&g->d->d[0].cache, g->d->d[0].conv_save);
+                for (int b = 1; b < g->D; b++) ink_layer_cache_clear(&g->d->d[b].cache);
+            }
             compat_update(g, n, e);
         }
         double td = now_s();
