@@ -132,6 +132,11 @@ static int check_family(ctx *c, json_t *root, ink_config *cfg)
         return ink_err_set(c->err, INK_E_UNSUPPORTED,
                            "%s: %s (model_type %s) is Inkling 2, a different architecture; not supported", c->what,
                            *arch ? arch : "?", *type ? type : "?");
+    if (!strcmp(type, "inkling_mtp"))
+        return ink_err_set(c->err, INK_E_UNSUPPORTED,
+                           "%s: model_type inkling_mtp is an mlx-vlm split MTP drafter (blocks.* tensors); it is not "
+                           "supported: pass the original checkpoint directory (or config.json + mtp.safetensors) "
+                           "as --draft-model", c->what);
     int ok_arch = !*arch || !strcmp(arch, "InklingForConditionalGeneration") || !strcmp(arch, "InklingForCausalLM");
     int ok_type = !*type || !strcmp(type, "inkling_mm_model") || !strcmp(type, "inkling_text") ||
                   !strcmp(type, "inkling");
