@@ -476,6 +476,20 @@ done:
 
 /* ---- chat ------------------------------------------------------------------------------ */
 
+/* Makes room for `need` messages (both arrays grow together). */
+static int grow(ink_chat_msg **msgs, char ***texts, size_t *cap, size_t need)
+{
+    if (need <= *cap) return 0;
+    size_t n = *cap * 2 > need ? *cap * 2 : need;
+    ink_chat_msg *nm = realloc(*msgs, n * sizeof **msgs);
+    if (!nm) return -1;
+    *msgs = nm;
+    char **nt = realloc(*texts, n * sizeof **texts);
+    if (!nt) return -1;
+    *texts = nt, *cap = n;
+    return 0;
+}
+
 /* Interactive multi-turn chat: each turn renders the whole conversation and generates with prefix
  * reuse, so only the new turn is prefilled when the rendering extends what the session consumed. */
 int cmd_chat(int argc, char **argv)
@@ -504,13 +518,7 @@ int cmd_chat(int argc, char **argv)
         line[strcspn(line, "\n")] = 0;
         if (!*line) continue;
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
-        if (n_msgs + 2 > cap) {
-            cap *= 2;
-            ink_chat_msg *nm = realloc(msgs, cap * sizeof *msgs);
-            char **nt = realloc(texts, cap * sizeof *texts);
-            if (!nm || !nt) break;
-            msgs = nm, texts = nt;
-        }
+        if (grow(&msgs, &texts, &cap, n_msgs + 2)) break;
         texts[n_msgs] = strdup(line);
         msgs[n_msgs] = (ink_chat_msg){.role = INK_ROLE_USER, .content = texts[n_msgs]};
         n_msgs++;
@@ -543,13 +551,6 @@ int cmd_chat(int argc, char **argv)
         texts[n_msgs] = txt ? txt : strdup("");
         msgs[n_msgs] = (ink_chat_msg){.role = INK_ROLE_ASSISTANT, .content = texts[n_msgs], .reasoning = reasoning};
         n_msgs++;
-        if (n_msgs + 2 > cap) {
-            cap *= 2;
-            ink_chat_msg *nm = realloc(msgs, cap * sizeof *msgs);
-            char **nt = realloc(texts, cap * sizeof *texts);
-            if (!nm || !nt) break;
-            msgs = nm, texts = nt;
-        }
     }
     for (size_t i = 0; i < n_msgs; i++) {
         if (msgs[i].role != INK_ROLE_SYSTEM) free(texts[i]);
