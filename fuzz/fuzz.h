@@ -20,6 +20,8 @@ int ink_fuzz_tokenizer(const uint8_t *data, size_t n);   /* ink_tokenizer_open_m
 int ink_fuzz_encode(const uint8_t *data, size_t n);      /* encode / decode on the test tokenizer */
 int ink_fuzz_chat(const uint8_t *data, size_t n);        /* ink_chat_render_json + ink_chat_parse */
 int ink_fuzz_hub(const uint8_t *data, size_t n);         /* the Hub listing parser + file selection */
+int ink_fuzz_server(const uint8_t *data, size_t n);      /* inkling serve: request bodies */
+int ink_fuzz_serverout(const uint8_t *data, size_t n);  /* inkling serve: generated ids -> response parts */
 
 typedef struct ink_fuzz_target {
     const char *name;

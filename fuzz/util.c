@@ -19,6 +19,8 @@ const ink_fuzz_target ink_fuzz_targets[] = {
     {"encode", ink_fuzz_encode},
     {"chat", ink_fuzz_chat},
     {"hub", ink_fuzz_hub},
+    {"server", ink_fuzz_server},
+    {"serverout", ink_fuzz_serverout},
     {NULL, NULL},
 };
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Memory-clean runs of the CLI under valgrind (issue 9): `inkling generate` (plain, MTP in both
 # modes, capture-commit, sampling), `inkling download` against the loopback mock Hub
-# (tests/support/mock_hub.py: a normal repo, a resumed one, one that fails verification) and, when
-# the binary has it, a server session. A run fails on any memory error or definite / indirect leak
+# (tests/support/mock_hub.py: a normal repo, a resumed one, one that fails verification) and a
+# server session (completions on token ids, streaming, a client that disconnects, bad requests). A run fails on any memory error or definite / indirect leak
 # (still-reachable blocks of libcurl / OpenSSL globals are not errors). Usage: tests/memcheck.sh
 # [BIN] (default build/release/inkling). Prints one line per run and a summary; exits non-zero on
 # failure. Run from the repository root.
@@ -57,9 +57,39 @@ else
   run download-gated any "$bin" download org/gated --quiet
 fi
 
-# a server session, once the CLI has one
-if "$bin" serve --help >/dev/null 2>&1 && [ -x tests/server_session.sh ]; then
-  run serve 0 tests/server_session.sh "$bin"
+# a server session: the server runs under valgrind while curl sends requests (plain and
+# speculative completions on token ids, streaming, a client that goes away, errors), then SIGTERM
+if "$bin" serve --help >/dev/null 2>&1 && command -v curl >/dev/null; then
+  "${vg[@]}" --log-file="$tmp/serve.vg" "$bin" serve -m "$moe" --port 0 --threads 2 --draft-kind mtp \
+      --draft-model "$moe/drafter-fit" --spec-default off >"$tmp/serve.out" 2>"$tmp/serve.err" &
+  srvpid=$!
+  url=""
+  for _ in $(seq 600); do
+    url=$(grep -o 'http://[^ ]*' "$tmp/serve.err" 2>/dev/null | head -n1)
+    [ -n "$url" ] && curl -s -o /dev/null -w '%{http_code}' "$url/health" 2>/dev/null | grep -q 200 && break
+    sleep 0.2
+  done
+  ok=1
+  c() { curl -s -m 120 -o "$tmp/resp" -w '%{http_code}' "$@"; }
+  req() { local want=$1; shift; local got; got=$(c "$@"); [ "$got" = "$want" ] || { ok=0; echo "  $* -> $got (want $want)"; }; }
+  if [ -z "$url" ]; then ok=0; echo "  the server did not become ready"; else
+    j='Content-Type: application/json'
+    req 200 -H "$j" -d '{"prompt":[1,2,3,4,5,6,7,8],"max_tokens":12,"temperature":0}' "$url/v1/completions"
+    req 200 -H "$j" -d '{"prompt":[1,2,3,4,5,6,7,8],"max_tokens":12,"temperature":0.7,"seed":4,"speculative":{"enabled":true,"block_size":3}}' "$url/v1/completions"
+    req 200 -H "$j" -d '{"prompt":[9,8,7],"max_tokens":8,"stream":true,"stream_options":{"include_usage":true}}' "$url/v1/completions"
+    req 400 -H "$j" -d '{"prompt":[1,2,' "$url/v1/completions"
+    req 400 -H "$j" -d '{"prompt":[999999]}' "$url/v1/completions"
+    req 200 "$url/v1/models"
+    req 200 "$url/metrics"
+    curl -s -m 1 -H "$j" -d '{"prompt":[1,2],"max_tokens":200,"stream":true}' "$url/v1/completions" >/dev/null 2>&1
+    req 200 -H "$j" -d '{"prompt":[4,4,4],"max_tokens":4}' "$url/v1/completions"
+  fi
+  kill -TERM "$srvpid" 2>/dev/null; wait "$srvpid"; rc=$?
+  if [ "$ok" = 1 ] && [ "$rc" -ne 99 ] && [ ! -s "$tmp/serve.vg" ]; then
+    pass=$((pass + 1)); echo "memcheck serve: clean"
+  else
+    fail=$((fail + 1)); echo "memcheck serve: FAILED (exit $rc)"; tail -n 40 "$tmp/serve.vg" "$tmp/serve.err"
+  fi
 else
   echo "memcheck serve: skipped (no server in this build)"
 fi
