@@ -65,7 +65,7 @@ typedef struct ink_kernels {
 
 const ink_kernels *ink_kernels_scalar(void);
 const ink_kernels *ink_kernels_avx2(void);  /* NULL when not compiled in or the CPU lacks AVX2/FMA/F16C */
-const ink_kernels *ink_kernels_neon(void);  /* NULL when not compiled in */
+const ink_kernels *ink_kernels_neon(void);  /* NULL when not compiled in (no NEON set yet) */
 const ink_kernels *ink_kernels_active(void);
 void ink_kernels_select(const ink_kernels *k); /* NULL: back to the best available */
 void ink_kernels_set_int8(int on);             /* int8 activations for affine 4/8-bit weights */
