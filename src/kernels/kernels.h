@@ -12,7 +12,7 @@
  * bits a decode of that row alone gives, and results do not depend on the thread count.
  *
  * Kernel sets ("tables"): a portable scalar set (the reference twin) and, where compiled and the
- * CPU has it, AVX2+FMA+F16C (x86-64) or NEON (aarch64). The best available set is chosen once at
+ * CPU has it, AVX2+FMA+F16C (x86-64; a NEON slot exists, no set yet). The best available set is chosen once at
  * first use (runtime CPU detection); ink_kernels_select overrides it process-wide (tests, bench).
  * Sets agree within float rounding (FMA vs separate multiply-add), not bitwise; within one set the
  * contract above holds.
