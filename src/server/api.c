@@ -214,8 +214,7 @@ static int parse_prompt_ids(ink_server *S, json_t *arr, srv_job *j, perr *pe)
 {
     size_t n = json_array_size(arr);
     if (!n) return BAD(pe, "prompt", "'prompt' is empty");
-    if (n >= (size_t)S->n_ctx)
-        return BAD(pe, "prompt", "the prompt has %zu tokens; the context holds %d", n, S->n_ctx);
+    if (n > 0x7fffffff) return BAD(pe, "prompt", "the prompt is too long");
     if (!(j->prompt = malloc(n * sizeof *j->prompt))) return BAD(pe, "prompt", "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(arr, i);

@@ -154,10 +154,36 @@ static void tool_end(srv_out *o)
     o->tool_name = NULL;
 }
 
+/* Appends s with every byte that does not start a valid UTF-8 sequence replaced by U+FFFD (JSON
+ * strings must be valid UTF-8; a random or broken model can emit any bytes). */
+static void add_clean(srv_buf *b, const char *s, size_t n)
+{
+    while (n) {
+        size_t v = ink_utf8_valid_prefix((const unsigned char *)s, n);
+        srv_buf_add(b, s, v);
+        s += v, n -= v;
+        if (n) srv_buf_add(b, "\xEF\xBF\xBD", 3), s++, n--;
+    }
+}
+
 static void on_events(srv_out *o, const ink_chat_event *ev, size_t n_ev)
 {
+    srv_buf clean = {0};
     for (size_t i = 0; i < n_ev; i++) {
-        const ink_chat_event *e = &ev[i];
+        ink_chat_event ce = ev[i];
+        const ink_chat_event *e = &ce;
+        if (e->type == INK_EV_DELTA && ink_utf8_valid_prefix((const unsigned char *)e->text, e->len) != e->len) {
+            clean.n = 0;
+            add_clean(&clean, e->text, e->len);
+            if (clean.oom) continue;
+            ce.text = clean.p, ce.len = clean.n;
+        }
+        if (e->type == INK_EV_BLOCK_START && e->name && ink_utf8_valid_prefix((const unsigned char *)e->name, strlen(e->name)) != strlen(e->name)) {
+            clean.n = 0;
+            add_clean(&clean, e->name, strlen(e->name));
+            if (clean.oom) continue;
+            ce.name = clean.p;
+        }
         switch (e->type) {
         case INK_EV_BLOCK_START:
             if (e->kind == INK_BLOCK_TOOL_CALL) {
@@ -181,6 +207,7 @@ static void on_events(srv_out *o, const ink_chat_event *ev, size_t n_ev)
             break;
         }
     }
+    srv_buf_free(&clean);
 }
 
 int srv_out_feed(srv_out *o, int32_t id)
