@@ -351,6 +351,11 @@ static void test_load_drafter_detects_mtp_tensors_not_config_flag(void **state)
     assert_non_null(m);
     ink_drafter *d = NULL;
     ink_err e = {0};
+    /* a head-only directory (config.json + mtp.safetensors) is refused as a target, and says why */
+    ink_model *bad = NULL;
+    assert_int_equal(ink_model_open(&bad, MOE "/drafter-fit", NULL, &e), INK_E_FORMAT);
+    assert_non_null(strstr(e.msg, "holds only an MTP head"));
+    memset(&e, 0, sizeof e);
     assert_int_equal(ink_drafter_open(&d, m, dir, &e), INK_E_FORMAT);
     assert_non_null(strstr(e.msg, "no model.mtp.layers.* tensors"));
     assert_non_null(strstr(e.msg, "config flag alone"));

@@ -753,7 +753,10 @@ int ink_model_detect(const char *dir, ink_model_info *info, ink_err *err)
     ink_err qe = {0};
     int qrc = quant_check(&td, &qb, &qe);
     info->supported = nm != NULL && !qrc;
-    if (!nm)
+    if (!nm && info->mtp_depth_tensors)
+        snprintf(info->reason, sizeof info->reason, "the directory holds only an MTP head (%d model.mtp.layers.* blocks): "
+                 "use it as a drafter (--draft-kind mtp --draft-model DIR) with its target model", info->mtp_depth_tensors);
+    else if (!nm)
         snprintf(info->reason, sizeof info->reason, "no embedding tensor under a known name (model.llm.embed.weight, "
                                                     "model.language_model.embed_tokens.weight, model.embed_tokens.weight)");
     else if (qrc)
@@ -798,8 +801,14 @@ int ink_model_open(ink_model **out, const char *dir, const ink_model_opts *opts,
     m->info.n_files = m->td.n_files;
     const naming *nm = detect_naming(&m->td);
     if (!nm) {
-        rc = ink_err_set(err, INK_E_FORMAT,
-                         "%s: no embedding tensor found (expected model.llm.embed.weight or a transformers name)", dir);
+        int heads = count_mtp_blocks(dir);
+        if (heads)
+            rc = ink_err_set(err, INK_E_FORMAT,
+                             "%s holds only an MTP head (%d model.mtp.layers.* blocks), not a target model: use it as "
+                             "--draft-model with --draft-kind mtp", dir, heads);
+        else
+            rc = ink_err_set(err, INK_E_FORMAT,
+                             "%s: no embedding tensor found (expected model.llm.embed.weight or a transformers name)", dir);
         goto fail;
     }
     snprintf(m->info.names, sizeof m->info.names, "%s", nm->id);
