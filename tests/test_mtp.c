@@ -228,10 +228,10 @@ static void test_greedy_invariant_with_speculation(void **state)
     assert_non_null(d);
     ink_err e = {0};
     ink_session *s;
-    assert_int_equal(ink_session_create(&s, m, 256, &e), 0);
-    int32_t p[30], plain[64], spec[64];
-    int lens[2] = {30, 2};
-    for (int L = 0; L < 2; L++) {
+    assert_int_equal(ink_session_create(&s, m, 1024, &e), 0);
+    int32_t p[600], plain[64], spec[64];
+    int lens[3] = {30, 2, 600}; /* 600: the catch-up pipeline runs many chunks and wraps its rings */
+    for (int L = 0; L < 3; L++) {
         prompt(p, lens[L], 120, 77 + L);
         int np = gen(s, p, lens[L], NULL, 0, 0, 0, 0, 0, 48, 0, -1, plain, NULL);
         assert_int_equal(np, 48);
@@ -246,6 +246,81 @@ static void test_greedy_invariant_with_speculation(void **state)
                 }
     }
     ink_session_free(s);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
+/* The drafts of the first round after a long prompt (the catch-up pipeline: many chunks, wrapped
+ * rings) equal a direct computation: every depth run once over the whole sequence in order. */
+static int32_t first_drafts[INK_MAX_DEPTH];
+static float first_margins[INK_MAX_DEPTH];
+static int n_first_drafts;
+static void grab_round(void *ud, const ink_round *r)
+{
+    (void)ud;
+    if (r->round == 0) {
+        n_first_drafts = r->n_drafts;
+        memcpy(first_drafts, r->drafts, (size_t)r->n_drafts * sizeof(int32_t));
+        memcpy(first_margins, r->draft_margins, (size_t)r->n_drafts * sizeof(float));
+    }
+}
+
+static float top_margin(const float *l, int n)
+{
+    int b = ink_argmax(l, n);
+    float s2 = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (i != b && l[i] > s2) s2 = l[i];
+    return l[b] - s2;
+}
+
+static void test_long_prompt_drafts_equal_direct(void **state)
+{
+    (void)state;
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.mtp_depth = 3, sp.n_mtp_local = 1, sp.mtp_local[0] = 1, sp.mtp_file = 1;
+    char dir[256];
+    ink_model *m = random_target(&sp, dir, sizeof dir);
+    ink_drafter *d = open_drafter(m, dir);
+    ink_err e = {0};
+    ink_session *s;
+    assert_int_equal(ink_session_create(&s, m, 1024, &e), 0);
+    enum { P = 600 };
+    int H = ink_model_n_embd(m), V = ink_model_n_vocab(m);
+    int32_t seq[P + 8], out[8];
+    prompt(seq, P, V, 4242);
+    ink_gen_opts o = {.max_tokens = 2, .drafter = d, .block_size = 5, .on_round = grab_round};
+    int n = 0;
+    assert_int_equal(ink_generate(s, seq, P, &o, out, 8, &n, NULL, &e), 0);
+    assert_int_equal(n_first_drafts, 1); /* budget 2: one round with one draft */
+    o.max_tokens = 8;
+    assert_int_equal(ink_generate(s, seq, P, &o, out, 8, &n, NULL, &e), 0);
+    assert_int_equal(n_first_drafts, 3);
+    /* direct: target hidden of the whole prompt, x_P = argmax, then each depth over rows 0..P-1 */
+    float *hid = malloc((size_t)P * H * 4), *a = malloc((size_t)P * H * 4), *b = malloc((size_t)P * H * 4);
+    float *lg = malloc((size_t)V * 4), *tmp = malloc((size_t)3 * H * 4);
+    ink_session *r;
+    assert_int_equal(ink_session_create(&r, m, 1024, &e), 0);
+    ink_eval_out eo = {.logits = lg, .hidden_postnorm = hid};
+    assert_int_equal(ink_session_eval(r, seq, P, &eo, &e), 0);
+    seq[P] = ink_argmax(lg, V);
+    assert_int_equal(out[0], seq[P]);
+    ink_drafter_reset(d);
+    const float *in = hid;
+    for (int k = 0; k < 3; k++) {
+        float *o2 = k % 2 ? b : a;
+        ink_depth_forward(d, k, in, seq + k + 1, P, 0, 1, o2);
+        ink_draft_logits(d, o2 + (size_t)(P - 1) * H, 0, lg, tmp);
+        seq[P + 1 + k] = ink_argmax(lg, V);
+        assert_int_equal(first_drafts[k], seq[P + 1 + k]);
+        /* the same rows computed in another chunking: bitwise the same logits, so the same margin */
+        assert_true(first_margins[k] == top_margin(lg, V));
+        in = o2;
+    }
+    ink_session_free(r);
+    ink_session_free(s);
+    free(hid), free(a), free(b), free(lg), free(tmp);
     ink_drafter_free(d);
     ink_model_free(m);
 }
@@ -503,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_load_drafter_detects_mtp_tensors_not_config_flag),
         cmocka_unit_test(test_speculative_sampling_matches_plain),
         cmocka_unit_test(test_prefix_reuse_equals_fresh),
+        cmocka_unit_test(test_long_prompt_drafts_equal_direct),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

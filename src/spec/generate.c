@@ -6,7 +6,12 @@
  * verify [x_n, d_1..d_M] in one target forward from a snapshot; walk (greedy) or lossless
  * speculative sampling (T > 0); keep the e emitted tokens' inputs by restore + replay (or
  * capture-and-commit); n += e. Compat-X (mtp.md 7.9) differs only in the draft phase and the
- * drafter update. All buffers are allocated once per call, before the prefill. */
+ * drafter update. All buffers are allocated once per call, before the prefill.
+ *
+ * Memory is bounded by rings, not by the context: target hidden rows and each depth's outputs live
+ * in rings of RING positions. Committed depth rows advance through a chunked pipeline (depth m never
+ * runs more than CH rows ahead of what depth m+1 has consumed), interleaved with the prefill, so a
+ * long prompt never needs more than about 2 CH rows of any ring. */
 #include "sample/sampler.h"
 #include "spec/mtp.h"
 
@@ -32,10 +37,11 @@ typedef struct gen {
     int V, VS, H, D, K, mode, greedy, Mmax; /* V: sampled ids (vocab limit), VS: logits row length */
     uint64_t rng;
     int32_t *seq;                 /* [n_ctx + 1]: x_0 .. x_n (prompt, committed tokens, bonus) */
-    float *hist;                  /* [n_ctx][H]: target hidden per position (postnorm P / prenorm X) */
-    float *bufA, *bufB;           /* [n_ctx][H]: depth outputs of this round */
-    float *saved_old, *saved_new; /* [D][H]: depth m output at its last committed row */
-    int F[INK_MAX_DEPTH];         /* committed frontier per depth */
+    float *hist;                  /* [RING][H]: target hidden of position p at p % RING (postnorm P / prenorm X) */
+    float *outr;                  /* [D][RING][H]: depth m output of position p at p % RING */
+    float *rows;                  /* [CH + K][H]: gathered inputs / outputs of one depth forward */
+    float *vh;                    /* [max(CH, K)][H]: hidden rows of one target forward */
+    int F[INK_MAX_DEPTH];         /* committed frontier per depth (Compat-X: F[0] = block 0's rows) */
     float *logits;                /* [K][V] verify rows */
     float *dlog;                  /* [V] draft logits */
     float *p, *q;                 /* [V], [K][V]: target / draft distributions */
@@ -47,13 +53,19 @@ typedef struct gen {
     float margins[INK_MAX_DEPTH + 1];
     /* Compat-X */
     int32_t seed_tok;
-    float seed_margin, *seed_q, *seed_h;
+    float seed_margin, *seed_q;
     ink_snapshot *snap;
     /* allocation sizes and continuation state (kept in the session between calls) */
     int a_ctx, a_V, a_VS, a_H, a_D, a_K;
     const ink_drafter *last_drafter;
-    int last_mode, valid, n_last;
+    int last_mode, last_mmax, valid, n_last;
 } gen;
+
+#define RING 256 /* > 2 * CH + K + D: rows the pipeline and a round can need */
+#define CH 64
+
+static float *hrow(const gen *g, int p) { return g->hist + (size_t)(p % RING) * g->H; }
+static float *orow(const gen *g, int m, int p) { return g->outr + ((size_t)m * RING + p % RING) * g->H; }
 
 static float margin_of(const float *l, int n)
 {
@@ -95,71 +107,81 @@ static int32_t pick(gen *g, const float *logits, float *q, int n_hist)
     return ink_sample_draw(d, g->V, &g->rng);
 }
 
+/* ---- committed rows: the chunked pipeline ---------------------------------------------- */
+
+/* Advances depth m's committed frontier towards row `target` by at most CH rows (one forward).
+ * Row p takes the hidden of depth m-1 at p (the target's for m = 0) and token x_{p+m+1}. */
+static int commit_step(gen *g, int m, int target)
+{
+    int s0 = g->F[m], e = target < s0 + CH - 1 ? target : s0 + CH - 1;
+    if (m > 0 && e > g->F[m - 1] - 1) e = g->F[m - 1] - 1; /* depth m-1 must have produced row e */
+    if (e < s0) return 0;
+    int T = e - s0 + 1, H = g->H;
+    for (int p = s0; p <= e; p++)
+        memcpy(g->rows + (size_t)(p - s0) * H, m ? orow(g, m - 1, p) : hrow(g, p), (size_t)H * sizeof(float));
+    ink_depth_forward(g->d, m, g->rows, g->seq + s0 + m + 1, T, s0, g->mode != INK_MTP_COMPAT, g->rows);
+    for (int p = s0; p <= e; p++) memcpy(orow(g, m, p), g->rows + (size_t)(p - s0) * H, (size_t)H * sizeof(float));
+    g->F[m] = e + 1;
+    return 1;
+}
+
+/* Brings every maintained depth's committed rows up to date: rows p <= last_row whose token
+ * x_{p+m+1} is known (p + m + 1 <= last_tok). Depths advance in turn, CH rows at a time, so no
+ * ring holds more than about 2 CH rows a consumer still needs. */
+static void catch_up(gen *g, int last_row, int last_tok)
+{
+    int depths = g->mode == INK_MTP_COMPAT ? 1 : g->Mmax;
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int m = 0; m < depths; m++) {
+            int t = last_tok - m - 1 < last_row ? last_tok - m - 1 : last_row;
+            progress |= commit_step(g, m, t);
+        }
+    }
+}
+
 /* ---- mode P draft phase (mtp.md 7.3) ---------------------------------------------------- */
 
 static void draft_per_depth(gen *g, int n, int M)
 {
     int H = g->H;
-    float *prev = NULL; /* outputs of depth m-1 this round, rows [Fprev, n-1] */
-    int Fprev = 0;
-    for (int m = 0; m < g->Mmax; m++) {
+    catch_up(g, n - 1, n); /* committed rows of every depth (x_n, the bonus, is committed) */
+    for (int m = 0; m < M; m++) {
         ink_depth *dp = &g->d->d[m];
-        int Fs = g->F[m], c = n - m - 1;
-        float *cur = (m % 2) ? g->bufB : g->bufA;
-        int first_prov = c >= Fs ? c + 1 : Fs;
-        int last = m < M ? n - 1 : c; /* provisional rows only for depths that draft this round */
-        if (last < Fs) continue;      /* nothing to do yet (very short prompt) */
-        /* inputs: hidden rows and tokens for p in [Fs, last] */
-        for (int p = Fs; p <= last; p++) {
-            const float *h;
-            if (m == 0) h = g->hist + (size_t)p * H;
-            else if (p < Fprev) h = g->saved_old + (size_t)(m - 1) * H; /* p == Fprev - 1 */
-            else h = prev + (size_t)(p - Fprev) * H;
-            memcpy(cur + (size_t)(p - Fs) * H, h, (size_t)H * sizeof(float));
-        }
-        /* committed rows */
-        int32_t *toks = g->seq; /* x_{p+m+1} for committed rows; drafts for provisional */
-        if (c >= Fs) {
-            int nc = c - Fs + 1;
-            ink_depth_forward(g->d, m, cur, toks + Fs + m + 1, nc, Fs, 1, cur);
-            g->F[m] = c + 1;
-            memcpy(g->saved_new + (size_t)m * H, cur + (size_t)(c - Fs) * H, (size_t)H * sizeof(float));
-        }
-        if (m < M) {
+        int first = g->F[m]; /* = n - m unless the prompt is shorter than m */
+        int np = n - first;  /* provisional rows: their token is a draft of this round */
+        if (np > 0) {
             ink_layer_cache_save(&dp->cache, dp->conv_save);
-            int np = last - first_prov + 1;
             int32_t ptok[INK_MAX_DEPTH + 1];
             for (int i = 0; i < np; i++) {
-                int p = first_prov + i, t = p + m + 1;
+                int p = first + i, t = p + m + 1;
                 ptok[i] = t <= n ? g->seq[t] : g->drafts[t - n - 1];
+                memcpy(g->rows + (size_t)i * H, m ? orow(g, m - 1, p) : hrow(g, p), (size_t)H * sizeof(float));
             }
-            float *rows = cur + (size_t)(first_prov - Fs) * H;
-            ink_depth_forward(g->d, m, rows, ptok, np, first_prov, 1, rows);
+            ink_depth_forward(g->d, m, g->rows, ptok, np, first, 1, g->rows);
             ink_layer_cache_load(&dp->cache, dp->conv_save); /* drop the provisional rows */
-            const float *u = cur + (size_t)(n - 1 - Fs) * H;
-            ink_draft_logits(g->d, u, 0, g->dlog, g->tmp);
-            g->margins[m] = margin_of(g->dlog, g->V);
-            g->drafts[m] = pick(g, g->dlog, g->q + (size_t)m * g->V, n + 1 + m);
-            g->seq[n + 1 + m] = g->drafts[m];
-            g->blocks[m] = m;
+            for (int i = 0; i < np; i++)
+                memcpy(orow(g, m, first + i), g->rows + (size_t)i * H, (size_t)H * sizeof(float));
         }
-        prev = cur, Fprev = Fs;
+        const float *u = orow(g, m, n - 1);
+        ink_draft_logits(g->d, u, 0, g->dlog, g->tmp);
+        g->margins[m] = margin_of(g->dlog, g->V);
+        g->drafts[m] = pick(g, g->dlog, g->q + (size_t)m * g->V, n + 1 + m);
+        g->seq[n + 1 + m] = g->drafts[m];
+        g->blocks[m] = m;
     }
-    memcpy(g->saved_old, g->saved_new, (size_t)g->D * H * sizeof(float));
 }
 
 /* ---- Compat-X (mtp.md 7.9) -------------------------------------------------------------- */
 
-static void compat_update(gen *g, int n0, int rows)
+/* Block 0 appends its committed rows up to n-1 (prenorm hidden h_p, raw embedding of x_{p+1}); its
+ * row n-1 gives the seed d_1 of the next round. */
+static void compat_update(gen *g, int n)
 {
-    /* block 0 appends rows n0 .. n0+rows-1: prenorm hidden hist[p], token x_{p+1} */
-    float *out = g->bufA;
-    ink_depth_forward(g->d, 0, g->hist + (size_t)n0 * g->H, g->seq + n0 + 1, rows, n0, 0, out);
-    const float *u = out + (size_t)(rows - 1) * g->H;
-    memcpy(g->seed_h, u, (size_t)g->H * sizeof(float));
-    ink_draft_logits(g->d, u, 1, g->dlog, g->tmp);
+    catch_up(g, n - 1, n);
+    ink_draft_logits(g->d, orow(g, 0, n - 1), 1, g->dlog, g->tmp);
     g->seed_margin = margin_of(g->dlog, g->V);
-    g->seed_tok = pick(g, g->dlog, g->seed_q, n0 + rows + 1);
+    g->seed_tok = pick(g, g->dlog, g->seed_q, n + 1);
 }
 
 static void draft_compat(gen *g, int n, int M)
@@ -171,8 +193,8 @@ static void draft_compat(gen *g, int n, int M)
     g->drafts[0] = g->seed_tok, g->blocks[0] = 0, g->margins[0] = g->seed_margin;
     g->seq[n + 1] = g->seed_tok;
     memcpy(g->q, g->seed_q, (size_t)g->V * sizeof(float));
-    float *prev = g->bufB, *outb = g->bufB + H;
-    memcpy(prev, g->seed_h, (size_t)H * sizeof(float));
+    float *prev = g->rows, *outb = g->rows + H;
+    memcpy(prev, orow(g, 0, n - 1), (size_t)H * sizeof(float));
     for (int r = 0, k = 1; k < M; r++, k++) {
         int b = r < g->D - 1 ? r : g->D - 1;
         int pos = b == 0 ? n + rows_b[0] : rows_b[b];
@@ -191,12 +213,12 @@ static void draft_compat(gen *g, int n, int M)
 
 static void free_bufs(gen *g)
 {
-    free(g->seq), free(g->hist), free(g->bufA), free(g->bufB), free(g->saved_old), free(g->saved_new);
-    free(g->logits), free(g->dlog), free(g->p), free(g->q), free(g->idx), free(g->work), free(g->tmp), free(g->seed_q), free(g->seed_h);
+    free(g->seq), free(g->hist), free(g->outr), free(g->rows), free(g->vh);
+    free(g->logits), free(g->dlog), free(g->p), free(g->q), free(g->idx), free(g->work), free(g->tmp), free(g->seed_q);
     ink_snapshot_free(g->snap);
     g->work = NULL;
-    g->seq = NULL, g->hist = g->bufA = g->bufB = g->saved_old = g->saved_new = NULL;
-    g->logits = g->dlog = g->p = g->q = g->tmp = g->seed_q = g->seed_h = NULL;
+    g->seq = NULL, g->hist = g->outr = g->rows = g->vh = NULL;
+    g->logits = g->dlog = g->p = g->q = g->tmp = g->seed_q = NULL;
     g->idx = NULL, g->snap = NULL;
     g->a_ctx = 0, g->valid = 0;
 }
@@ -225,15 +247,13 @@ static int alloc_bufs(gen *g, ink_session *s, int n_ctx, ink_err *err)
     g->idx = malloc((size_t)V * sizeof(int));
     g->work = malloc((size_t)V * sizeof(float));
     g->tmp = malloc(3 * hb);
-    g->hist = malloc(full ? (size_t)n_ctx * hb : hb);
-    g->bufA = malloc(full ? (size_t)n_ctx * hb : hb);
-    g->bufB = malloc(full ? (size_t)n_ctx * hb : hb);
-    g->saved_old = calloc((size_t)(D + 1), hb);
-    g->saved_new = calloc((size_t)(D + 1), hb);
+    g->hist = malloc(full ? (size_t)RING * hb : hb);
+    g->outr = malloc(full ? (size_t)D * RING * hb : hb);
+    g->rows = malloc((size_t)(CH + K + 1) * hb);
+    g->vh = malloc((size_t)(CH > K ? CH : K) * hb);
     g->seed_q = malloc((size_t)V * sizeof(float));
-    g->seed_h = malloc(hb);
-    if (!g->seq || !g->logits || !g->dlog || !g->p || !g->q || !g->idx || !g->work || !g->tmp || !g->hist || !g->bufA || !g->bufB ||
-        !g->saved_old || !g->saved_new || !g->seed_q || !g->seed_h || ink_snapshot_create(&g->snap, s, err)) {
+    if (!g->seq || !g->logits || !g->dlog || !g->p || !g->q || !g->idx || !g->work || !g->tmp || !g->hist || !g->outr ||
+        !g->rows || !g->vh || !g->seed_q || ink_snapshot_create(&g->snap, s, err)) {
         free_bufs(g);
         return ink_err_set(err, INK_E_NOMEM, "out of memory for generation buffers");
     }
@@ -245,14 +265,15 @@ static int alloc_bufs(gen *g, ink_session *s, int n_ctx, ink_err *err)
 static int can_continue(const gen *g, const ink_session *s, const int32_t *prompt, int P)
 {
     int c = ink_session_pos(s);
-    if (!g->valid || c <= 0 || c >= P || g->last_drafter != g->d || (g->d && g->last_mode != g->mode)) return 0;
+    if (!g->valid || c <= 0 || c >= P || g->last_drafter != g->d ||
+        (g->d && (g->last_mode != g->mode || g->last_mmax != g->Mmax)))
+        return 0;
     if (memcmp(ink_session_tokens(s), prompt, (size_t)c * sizeof *prompt)) return 0;
     if (!g->d) return 1;
     /* every token a drafter row consumed must still be in the new prompt: x_0 .. x_L-1 */
-    int L = c + 1; /* Compat-X block 0 holds rows 0 .. c-1 with tokens up to x_c */
-    if (g->mode == INK_MTP_PER_DEPTH)
-        for (int m = 0; m < g->D; m++)
-            if (g->F[m] + m + 1 > L) L = g->F[m] + m + 1;
+    int L = c + 1, depths = g->mode == INK_MTP_COMPAT ? 1 : g->Mmax;
+    for (int m = 0; m < depths; m++)
+        if (g->F[m] + m + 1 > L) L = g->F[m] + m + 1;
     return L <= P && L <= g->n_last + 1 && !memcmp(g->seq, prompt, (size_t)L * sizeof *prompt);
 }
 
@@ -305,22 +326,29 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
         ink_session_reset(s);
         if (g->d) ink_drafter_reset(g->d);
         memset(g->F, 0, sizeof g->F);
-        memset(g->saved_old, 0, (size_t)(g->D + 1) * H * sizeof(float));
-        memset(g->saved_new, 0, (size_t)(g->D + 1) * H * sizeof(float));
     }
     st->reused_tokens = c0;
-    g->last_drafter = g->d, g->last_mode = g->mode;
+    g->last_drafter = g->d, g->last_mode = g->mode, g->last_mmax = g->Mmax;
     memcpy(g->seq, prompt, (size_t)P * sizeof *prompt);
 
     /* prefill and the first token */
     double t0 = now_s();
     int compat = g->d && g->mode == INK_MTP_COMPAT;
-    ink_eval_out eo = {.logits = g->logits};
-    if (g->d) {
-        if (compat) eo.hidden_prenorm = g->hist + (size_t)c0 * H;
-        else eo.hidden_postnorm = g->hist + (size_t)c0 * H;
+    int track = g->d && g->Mmax > 0; /* the drafter needs the target's hidden rows */
+    for (int t = c0; t < P;) {
+        int T = track ? (P - t < CH ? P - t : CH) : P - t;
+        ink_eval_out eo = {.logits = g->logits};
+        if (track) {
+            if (compat) eo.hidden_prenorm = g->vh;
+            else eo.hidden_postnorm = g->vh;
+        }
+        if ((rc = ink_session_eval(s, prompt + t, T, &eo, err))) goto done;
+        if (track) {
+            for (int i = 0; i < T; i++) memcpy(hrow(g, t + i), g->vh + (size_t)i * H, (size_t)H * sizeof(float));
+            catch_up(g, t + T - 1, P - 1); /* rows whose tokens are prompt tokens */
+        }
+        t += T;
     }
-    if ((rc = ink_session_eval(s, prompt + c0, P - c0, &eo, err))) goto done;
     double t1 = now_s();
     st->prefill_s = t1 - t0;
     int stop = o->max_tokens == 0, n = P;
@@ -328,7 +356,7 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
         g->seq[n] = pick(g, g->logits, NULL, P);
         emit(g, g->seq[n], out, n_out, &stop);
     }
-    if (!stop && compat && g->Mmax > 0) compat_update(g, c0, P - c0);
+    if (!stop && compat && g->Mmax > 0) compat_update(g, P);
 
     while (!stop) {
         if (o->cancel && *o->cancel) {
@@ -345,7 +373,7 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
             if (compat) draft_compat(g, n, M);
             else draft_per_depth(g, n, M);
         } else if (g->d && !compat && g->Mmax > 0) {
-            draft_per_depth(g, n, 0); /* keep the frontiers moving while drafting is clamped off */
+            catch_up(g, n - 1, n); /* keep the frontiers moving while drafting is clamped off */
         }
         double tb = now_s();
         /* verify [x_n, d_1..d_M] from a snapshot */
@@ -354,11 +382,13 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
         for (int j = 0; j < M; j++) vin[j + 1] = g->drafts[j];
         ink_session_save(s, g->snap);
         ink_eval_out vo = {.logits = g->logits, .all_logits = 1};
-        if (g->d) {
-            if (compat) vo.hidden_prenorm = g->hist + (size_t)n * H;
-            else vo.hidden_postnorm = g->hist + (size_t)n * H;
+        if (track) {
+            if (compat) vo.hidden_prenorm = g->vh;
+            else vo.hidden_postnorm = g->vh;
         }
         if ((rc = ink_session_eval(s, vin, M + 1, &vo, err))) break;
+        if (track)
+            for (int i = 0; i <= M; i++) memcpy(hrow(g, n + i), g->vh + (size_t)i * H, (size_t)H * sizeof(float));
         double tc = now_s();
         /* accept */
         int a = 0;
@@ -413,7 +443,7 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
                 ink_layer_cache_load(&g->d->d[0].cache, g->d->d[0].conv_save);
                 for (int b = 1; b < g->D; b++) ink_layer_cache_clear(&g->d->d[b].cache);
             }
-            compat_update(g, n, e);
+            compat_update(g, n + e);
         }
         double td = now_s();
         if (M > 0) {
