@@ -137,11 +137,14 @@ $(FUZZ_B)/flags: FORCE
 $(FUZZ_B)/obj/%.o: %.c $(FUZZ_B)/flags
 	@mkdir -p $(dir $@)
 	@echo "  FUZZCC $<"
-	@$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_XFLAGS) $(call fuzz_isa,$<) -c $< -o $@
+	@$(FUZZ_CC) $(call fuzz_flags,$<) -c $< -o $@
 
-# clang ignores `#pragma GCC target("avx2,fma")`: such files get the matching -m flags instead.
+# clang ignores `#pragma GCC target("avx2,fma")`: such files (SIMD kernels, not what is fuzzed) get
+# the matching -m flags instead, and no sanitizers (ASan makes clang take minutes on them).
 fuzz_comma := ,
 fuzz_isa = $(addprefix -m,$(subst $(fuzz_comma), ,$(shell sed -n 's/^\#pragma GCC target("\([^"]*\)").*/\1/p' $(1))))
+fuzz_flags = $(if $(call fuzz_isa,$(1)),$(CSTD) -w -O1 -g -fno-omit-frame-pointer -Iinclude -Isrc -MMD -MP \
+             $(call fuzz_isa,$(1)),$(FUZZ_CFLAGS) $(FUZZ_XFLAGS))
 
 # gcc is the project's compiler: clang's extra warnings in library code stay warnings here.
 $(FUZZ_LIBOBJ): FUZZ_XFLAGS := -Wno-error -w
