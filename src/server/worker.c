@@ -77,6 +77,8 @@ typedef struct gctx {
     int n;                /* tokens that count (up to and including a stop) */
     int32_t *ids;
     int cap;
+    int ids_stream;       /* streamed completion with return_token_ids: one chunk per token */
+    srv_buf pend;         /* its text not yet sent */
 } gctx;
 
 static void append_locked(srv_job *j, const char *s, size_t n)
@@ -116,6 +118,10 @@ static void on_delta(void *ud, int kind, const char *text, size_t len, json_t *t
     json_t *choice;
     if (c->j->kind == SRV_COMPLETION) {
         if (kind != SRV_D_CONTENT) return;
+        if (c->ids_stream) {
+            srv_buf_add(&c->pend, text, len);
+            return;
+        }
         choice = json_pack("{s:i, s:s%, s:n, s:n}", "index", 0, "text", text, len, "logprobs", "finish_reason");
     } else {
         json_t *delta;
@@ -126,6 +132,17 @@ static void on_delta(void *ud, int kind, const char *text, size_t len, json_t *t
         } else delta = json_pack("{s:s%}", kind == SRV_D_CONTENT ? "content" : "reasoning_content", text, len);
         choice = json_pack("{s:i, s:o, s:n, s:n}", "index", 0, "delta", delta, "logprobs", "finish_reason");
     }
+    sse(c, chunk(c, choice));
+}
+
+static json_t *ids_json(const int32_t *ids, int n);
+
+/* Streamed completion with return_token_ids: the text released so far and the new ids. */
+static void ids_chunk(gctx *c, const int32_t *ids, int n)
+{
+    json_t *choice = json_pack("{s:i, s:s%, s:o, s:n, s:n}", "index", 0, "text", c->pend.p ? c->pend.p : "", c->pend.n,
+                               "token_ids", ids_json(ids, n), "logprobs", "finish_reason");
+    c->pend.n = 0;
     sse(c, chunk(c, choice));
 }
 
@@ -142,6 +159,7 @@ static void on_token(void *ud, int32_t tok)
         c->stopped = 1;
         if (c->out.stop.hit) c->cancel = 1; /* stop string; stop ids end the generation themselves */
     }
+    if (c->ids_stream) ids_chunk(c, &tok, 1);
 }
 
 static json_t *ids_json(const int32_t *ids, int n)
@@ -216,6 +234,7 @@ static void run_job(ink_server *S, srv_job *j)
         finish_error(&c, 500, e.msg);
         return;
     }
+    c.ids_stream = j->stream && j->return_ids && j->kind == SRV_COMPLETION;
     if (j->stream && j->kind == SRV_CHAT)
         sse(&c, chunk(&c, json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", 0, "delta", "role", "assistant", "content", "",
                                     "logprobs", "finish_reason")));
@@ -239,6 +258,7 @@ static void run_job(ink_server *S, srv_job *j)
     if (rc == INK_E_CANCELLED && c.stopped) rc = INK_OK;
     if (j->cancel) c.gone = 1;
     srv_out_finish(&c.out);
+    if (c.ids_stream && c.pend.n && !c.gone) ids_chunk(&c, NULL, 0);
     int eos = o.eos >= 0 ? o.eos : S->eos;
     const char *finish = "length";
     if (c.stopped || (j->stop_eos && c.n > 0 && c.ids[c.n - 1] == eos))
@@ -326,6 +346,7 @@ static void run_job(ink_server *S, srv_job *j)
         }
     }
     srv_out_free(&c.out);
+    srv_buf_free(&c.pend);
     free(out);
     free(c.ids);
 }
