@@ -277,6 +277,16 @@ static void test_config_fields(void **state)
     free(txt);
     assert_int_equal(c->n_sliding, 5);
     assert_int_equal(c->layers[5].sliding, 0);
+    /* head_dim absent and hidden_size < heads: no usable default (found by the config fuzzer) */
+    root = json_loads(hf, 0, NULL);
+    json_object_del(root, "head_dim");
+    json_object_set_new(root, "hidden_size", json_integer(2));
+    txt = json_dumps(root, 0);
+    json_decref(root);
+    memset(&e, 0, sizeof e);
+    assert_int_equal(ink_config_parse(c, txt, strlen(txt), "hf.json", &e), INK_E_FORMAT);
+    assert_non_null(strstr(e.msg, "set head_dim"));
+    free(txt);
     const char *bad = "{\"text_config\": {";
     memset(&e, 0, sizeof e);
     assert_int_equal(ink_config_parse(c, bad, strlen(bad), "broken.json", &e), INK_E_FORMAT);

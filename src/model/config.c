@@ -193,6 +193,10 @@ static int parse_root(ink_config *cfg, json_t *root, ctx *c)
     cfg->log_alpha = (float)x;
     e = e || get_num(c, NAMES("log_scaling_n_floor"), 0, 0, 1, 1e12, &cfg->log_floor, &present);
     if (e) return c->err->code;
+    if (cfg->head_dim < 1 || cfg->swa_head_dim < 1)
+        return ink_err_set(c->err, INK_E_FORMAT,
+                           "%s: head_dim is absent and hidden_size / num_attention_heads = %d / %d gives no usable "
+                           "default: set head_dim", c->what, cfg->hidden, cfg->n_head);
     if (cfg->n_head % cfg->n_kv || cfg->swa_n_head % cfg->swa_n_kv)
         return ink_err_set(c->err, INK_E_FORMAT,
                            "%s: query heads must be a multiple of KV heads (global %d/%d, sliding %d/%d)", c->what,
