@@ -112,10 +112,10 @@ static void check_kind(int kind, int bits, int gs, int rows, int cols, int int8)
         }
     }
     free(row);
-    const ink_kernels *sets[3] = {ink_kernels_scalar(), ink_kernels_avx2(), ink_kernels_neon()};
+    const ink_kernels *sets[4] = {ink_kernels_scalar(), ink_kernels_avx2(), ink_kernels_avx512(), ink_kernels_neon()};
     float bound = int8 ? 2e-2f : 2e-5f; /* relative to sum |w||x| */
     ink_kernels_set_int8(int8);
-    for (int si = 0; si < 3; si++) {
+    for (int si = 0; si < 4; si++) {
         if (!sets[si]) continue;
         for (int nth = 1; nth <= 3; nth++) {
             ink_pool *p = ink_pool_create(nth);
@@ -145,6 +145,11 @@ static void check_kind(int kind, int bits, int gs, int rows, int cols, int int8)
 static void test_float_sets(void **state)
 {
     (void)state;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi"))
+        assert_non_null(ink_kernels_avx512()); /* the set is compiled in and selected where the CPU has it */
+#endif
     int shapes[][2] = {{1, 1}, {7, 13}, {33, 67}, {130, 256}, {9, 1031}, {64, 4100}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int k = 0; k < 3; k++) check_kind(k == 0 ? INK_DT_F32 : k == 1 ? INK_DT_BF16 : INK_DT_F16, 0, 0, shapes[i][0], shapes[i][1], 0);
@@ -166,6 +171,8 @@ static void test_int8_path(void **state)
     check_kind(INK_QT_AFFINE, 8, 32, 21, 256, 1);
     check_kind(INK_QT_AFFINE, 4, 128, 130, 1024, 1);
     check_kind(INK_QT_AFFINE, 3, 64, 9, 128, 1); /* not an int8 width: exact path */
+    check_kind(INK_QT_AFFINE, 8, 32, 11, 96, 1);  /* cols % 64 == 32: a half step at the end */
+    check_kind(INK_QT_AFFINE, 4, 32, 13, 160, 1);
 }
 
 static void test_nvfp4_sets(void **state)

@@ -1,6 +1,8 @@
 /* cmd_bench.c — `inkling bench`: machine ceilings, kernel roofline fractions, the verify-cost curve
  * and model throughput, measured in one run (docs/benchmarks.md documents the output and JSON keys).
- *   inkling bench [--threads N] [--json] [--quick] [-m DIR]...
+ *   inkling bench [--threads N] [--json] [--quick] [--sets all|best|NAME,...] [-m DIR]...
+ * The kernel table is measured for every available SIMD set (default; `best`: the active one only),
+ * so the sets compare in one run; the models run on the best set.
  * Every figure is a median over repetitions; ratios (fraction of roofline, c(K)) are what to compare
  * across runs, absolute numbers drift with the neighbours of a shared machine. */
 #include "cli/cli.h"
@@ -336,14 +338,15 @@ static void cpu_name(char *out, size_t n)
 int cmd_bench(int argc, char **argv)
 {
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), json = 0, quick = 0, nmod = 0;
-    const char *models[8];
+    const char *models[8], *setarg = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sets") && i + 1 < argc) setarg = argv[++i];
         else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc && nmod < 8) models[nmod++] = argv[++i];
         else {
-            fprintf(stderr, "usage: inkling bench [--threads N] [--json] [--quick] [-m DIR]...\n");
+            fprintf(stderr, "usage: inkling bench [--threads N] [--json] [--quick] [--sets all|best|NAME,...] [-m DIR]...\n");
             return 2;
         }
     }
@@ -387,10 +390,29 @@ int cmd_bench(int argc, char **argv)
     for (size_t i = 0; i < (size_t)128 * NK; i++) x[i] = frand();
     json_t *KJ = json_array();
     if (!json)
-        printf("%-10s %3s %8s %8s %9s %8s %8s %8s %8s   (N=K=%d, weights >> L3)\n", "kernel", "thr", "GB/s", "GFLOPS",
+        printf("%-7s %-10s %3s %8s %8s %9s %8s %8s %8s %8s   (N=K=%d, weights >> L3)\n", "set", "kernel", "thr", "GB/s", "GFLOPS",
                "roof GB/s", "of roof", "M=16 c", "M=128", "GFLOPS", NK);
+    const ink_kernels *avail[4] = {ink_kernels_avx512(), ink_kernels_avx2(), ink_kernels_neon(), ink_kernels_scalar()};
+    const ink_kernels *sets[4];
+    int nsets = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!avail[i]) continue;
+        int want;
+        if (!setarg) want = avail[i] != ink_kernels_scalar() || nsets == 0; /* SIMD sets; scalar if alone */
+        else if (!strcmp(setarg, "all")) want = 1;
+        else if (!strcmp(setarg, "best")) want = avail[i] == ink_kernels_active();
+        else {
+            const char *p = strstr(setarg, avail[i]->name);
+            size_t n = strlen(avail[i]->name);
+            want = p && (p == setarg || p[-1] == ',') && (p[n] == 0 || p[n] == ',');
+        }
+        if (want) sets[nsets++] = avail[i];
+    }
+    const ink_kernels *best_set = ink_kernels_active();
+    for (int si = 0; si < nsets; si++)
     for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++) {
         const kind *k = &kinds[ki];
+        ink_kernels_select(sets[si]);
         mset ms;
         if (mset_make(&ms, k, quick ? SET_BYTES / 2 : SET_BYTES)) {
             mset_free(&ms);
@@ -402,7 +424,7 @@ int cmd_bench(int argc, char **argv)
             double t = time_pass(pools[ti], &ms, ms.n, x, y, 1, reps);
             double gbs = (double)ms.bytes / t / 1e9, gf = 2.0 * ms.n * NK * (double)NK / t / 1e9;
             double roof = fmin(bw[ti], peak[ti] * bpw / 2.0);
-            json_t *kj = json_pack("{s:s,s:i,s:f,s:f,s:f,s:f}", "kernel", k->name, "threads", tcounts[ti], "gbs", gbs,
+            json_t *kj = json_pack("{s:s,s:s,s:i,s:f,s:f,s:f,s:f}", "set", sets[si]->name, "kernel", k->name, "threads", tcounts[ti], "gbs", gbs,
                                    "gflops", gf, "roof_gbs", roof, "roof_fraction", gbs / roof);
             double c16 = 0, g128 = 0;
             if (ti == ntc - 1) { /* small-M curve and prefill GEMM at the full thread count */
@@ -422,7 +444,7 @@ int cmd_bench(int argc, char **argv)
             }
             json_array_append_new(KJ, kj);
             if (!json) {
-                printf("%-10s %3d %8.2f %8.2f %9.2f %8.2f", k->name, tcounts[ti], gbs, gf, roof, gbs / roof);
+                printf("%-7s %-10s %3d %8.2f %8.2f %9.2f %8.2f", sets[si]->name, k->name, tcounts[ti], gbs, gf, roof, gbs / roof);
                 if (c16 > 0) printf(" %8.2f %8s %8.1f", c16, "", g128);
                 printf("\n");
             }
@@ -430,6 +452,7 @@ int cmd_bench(int argc, char **argv)
         ink_kernels_set_int8(0);
         mset_free(&ms);
     }
+    ink_kernels_select(best_set);
     json_object_set_new(J, "kernels_table", KJ);
     /* OpenBLAS, when installed */
     void *ob = dlopen("libopenblas.so.0", RTLD_NOW);
@@ -467,7 +490,7 @@ int cmd_bench(int argc, char **argv)
                                                     "sgemm_m1_gflops", g[0], "sgemm_m16_gflops", g[1],
                                                     "sgemm_m128_gflops", g[2]));
                 if (!json)
-                    printf("%-10s %3d %8.2f %8.2f  (sgemv; sgemm GFLOPS M=1 %.1f, M=16 %.1f, M=128 %.1f)\n", "openblas",
+                    printf("%-7s %-10s %3d %8.2f %8.2f  (sgemv; sgemm GFLOPS M=1 %.1f, M=16 %.1f, M=128 %.1f)\n", "", "openblas",
                            tcounts[ti], gbs, 2.0 * ms.n * NK * (double)NK / tv / 1e9, g[0], g[1], g[2]);
             }
             json_object_set_new(J, "openblas", OJ);

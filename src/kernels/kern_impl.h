@@ -35,6 +35,7 @@ static inline float ink_lanes_sum(const float a[8])
     return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
 }
 
-const ink_kernels *ink_kernels_avx2_raw(void); /* the set, without the CPU check */
+const ink_kernels *ink_kernels_avx2_raw(void);   /* the set, without the CPU check */
+const ink_kernels *ink_kernels_avx512_raw(void); /* the set, without the CPU check */
 
 #endif

@@ -12,10 +12,12 @@
  * bits a decode of that row alone gives, and results do not depend on the thread count.
  *
  * Kernel sets ("tables"): a portable scalar set (the reference twin) and, where compiled and the
- * CPU has it, AVX2+FMA+F16C (x86-64; a NEON slot exists, no set yet). The best available set is chosen once at
- * first use (runtime CPU detection); ink_kernels_select overrides it process-wide (tests, bench).
+ * CPU has it, AVX2+FMA+F16C and AVX-512 (F/BW/VL/DQ/VBMI/VNNI; x86-64; a NEON slot exists, no set
+ * yet). The best available set is chosen once at first use (runtime CPU detection: avx512, then
+ * avx2, then scalar); ink_kernels_select overrides it process-wide (tests, bench).
  * Sets agree within float rounding (FMA vs separate multiply-add), not bitwise; within one set the
- * contract above holds.
+ * contract above holds, with the set's own lane count: the AVX-512 set uses sixteen lanes in steps
+ * of 16 (kern_avx512.c), the others the eight described above.
  *
  * Integer activations: with ink_kernels_set_int8(1) the affine 4- and 8-bit paths quantize each
  * activation row to int8 per block of 32 (symmetric, scale max|x|/127) and use integer dot products;
@@ -59,12 +61,14 @@ size_t ink_mat_bytes(const ink_mat *W);
 
 /* A kernel set. rows() computes y[t][o] for t < T, r0 <= o < r1 on the calling thread. */
 typedef struct ink_kernels {
-    const char *name; /* "scalar", "avx2", "neon" */
+    const char *name; /* "scalar", "avx2", "avx512", "neon" */
     void (*rows)(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1, int int8);
 } ink_kernels;
 
 const ink_kernels *ink_kernels_scalar(void);
 const ink_kernels *ink_kernels_avx2(void);  /* NULL when not compiled in or the CPU lacks AVX2/FMA/F16C */
+/* NULL when not compiled in or the CPU lacks AVX-512 F/BW/VL/DQ/VBMI/VNNI (or AVX2/FMA/F16C) */
+const ink_kernels *ink_kernels_avx512(void);
 const ink_kernels *ink_kernels_neon(void);  /* NULL when not compiled in (no NEON set yet) */
 const ink_kernels *ink_kernels_active(void);
 void ink_kernels_select(const ink_kernels *k); /* NULL: back to the best available */

@@ -1,0 +1,548 @@
+/* kern_avx512.c — the AVX-512 kernel set (x86-64: F, BW, VL, DQ, VBMI, VNNI). Compiled for those
+ * extensions with a target pragma and only called after the runtime CPU check in kernels.c.
+ *
+ * Per element the operation sequence is this set's own and does not depend on M, the thread count
+ * or the tile: sixteen lane accumulators walk the reduction axis in steps of 16 (float views; a
+ * masked step for cols % 16, whose missing lanes add exact zeros) or 64 (int8 path), combined as
+ * hsum16 below. Tiles are NR <= 4 rows x NT <= 4 tokens; for T > 4 the f32-activation paths block
+ * rows (16), tokens (48) and the reduction axis (512) and keep the lane accumulators on the stack.
+ *
+ * Quantized weights are decoded from the checkpoint layout directly (no repacking):
+ *   4-bit / NVFP4: 16 nibbles spread to 16 dword lanes with one vpmultishiftqb, then one vpermps
+ *     from a 16-entry table of the group's dequantized values (s*q+b, or e2m1*e4m3) — exactly the
+ *     weights the format defines;
+ *   2/3/5/6-bit: vpermb gathers the bytes of each lane pair, vpmultishiftqb aligns, then a table
+ *     (2, 3 bits) or convert + fma (5, 6 bits);
+ *   8-bit: zero-extend, convert, fma.
+ * int8 activations (affine 4 / 8 bit): vpdpbusd of unsigned codes by int8 activations (64 per step,
+ * the same quantized activations as every other set), scaled per 32-block by d and per group by s;
+ * the bias term b * sum(x) is a separate 16-group dot product per row. vdpbf16ps is not used: it
+ * would round f32 activations to bf16. */
+#if defined(__x86_64__) && defined(__GNUC__)
+
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vnni")
+
+#include "kernels/kern_impl.h"
+
+#include "load/safetensors.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+
+/* ((l0+l8) .. (l7+l15)) then ((a0+a4)+(a1+a5)) + ((a2+a6)+(a3+a7)) */
+AI float hsum16(__m512 v)
+{
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 h = _mm_hadd_ps(s4, s4);
+    return _mm_cvtss_f32(h) + _mm_cvtss_f32(_mm_shuffle_ps(h, h, 1));
+}
+
+AI float e4m3(uint8_t b)
+{
+    uint32_t e = (b >> 3) & 15, m = b & 7, s = (uint32_t)(b >> 7) << 31;
+    union { uint32_t u; float f; } v;
+    if (e == 15 && m == 7) v.u = 0x7fc00000u | s;
+    else if (e) v.u = s | (e + 120) << 23 | m << 20;
+    else {
+        v.f = (float)m * 0.001953125f;
+        v.u |= s;
+    }
+    return v.f;
+}
+
+AI float scale_at(const void *p, int dt, size_t i)
+{
+    if (dt == INK_DT_BF16) {
+        union { uint32_t u; float f; } v = {(uint32_t)((const uint16_t *)p)[i] << 16};
+        return v.f;
+    }
+    if (dt == INK_DT_F16) return _cvtsh_ss(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* 16 scale values starting at element i (n < 16: the rest 0) as f32 lanes */
+AI __m512 scales16(const void *p, int dt, size_t i, int n)
+{
+    __mmask16 m = (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1);
+    if (dt == INK_DT_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i);
+    if (dt == INK_DT_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+/* Software prefetch PFD bytes ahead in tile order: along row r, and past its end at the same place
+ * in row r + NR (the next tile). Rows of 2-16 KB read four at a time are too short for the hardware
+ * prefetcher to ramp up (measured: q4 streamed at 3 GB/s without this). */
+#ifndef PFD
+#define PFD 512
+#endif
+AI void pf_ahead(const uint8_t *row, size_t rowbytes, size_t next, size_t at)
+{
+    size_t p = at + PFD;
+    _mm_prefetch((const char *)(p < rowbytes ? row + p : row + next + (p - rowbytes)), _MM_HINT_T0);
+}
+
+#define NRM 4 /* register tile: rows */
+#define NTM 4 /* register tile: tokens */
+
+/* ---- float views -------------------------------------------------------------------------- */
+
+AI __m512 ldw(const int dt, const void *p, size_t off)
+{
+    if (dt == INK_DT_F32) return _mm512_loadu_ps((const float *)p + off);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + off));
+    if (dt == INK_DT_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+AI __m512 ldw_m(const int dt, const void *p, size_t off, __mmask16 m)
+{
+    if (dt == INK_DT_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + off);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + off);
+    if (dt == INK_DT_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+/* acc[r*NTM+t] += W[r][k0..k1) . x[t][k0..k1) in lanes; k1 - k0 may end in a partial step only at K */
+AI void ftile(const int dt, const void *w, size_t ldw_, size_t rowb, const float *x, size_t ldx, int k0, int k1,
+              __m512 *acc, const int NR, const int NT)
+{
+    __m512 a[NRM][NTM];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) a[r][t] = acc[r * NTM + t];
+    int kf = k0 + ((k1 - k0) & ~15);
+    for (int k = k0; k < kf; k += 16) {
+        __m512 wv[NRM];
+        const size_t es = dt == INK_DT_F32 ? 4 : 2;
+        if ((k * es) % 64 == 0)
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+                pf_ahead((const uint8_t *)w + (size_t)r * ldw_ * es, rowb, (size_t)NR * ldw_ * es, (size_t)k * es);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) wv[r] = ldw(dt, w, (size_t)r * ldw_ + (size_t)k);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512 xv = _mm512_loadu_ps(x + (size_t)t * ldx + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) a[r][t] = _mm512_fmadd_ps(wv[r], xv, a[r][t]);
+        }
+    }
+    if (kf < k1) {
+        __mmask16 m = (__mmask16)((1u << (k1 - kf)) - 1);
+        __m512 wv[NRM];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) wv[r] = ldw_m(dt, w, (size_t)r * ldw_ + (size_t)kf, m);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)t * ldx + kf);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) a[r][t] = _mm512_fmadd_ps(wv[r], xv, a[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[r * NTM + t] = a[r][t];
+}
+
+#define TILE_CASES(CALL)                                                                                          \
+    switch (nr * 8 + nt) {                                                                                        \
+    case 9: CALL(1, 1); break;                                                                                    \
+    case 10: CALL(1, 2); break;                                                                                   \
+    case 11: CALL(1, 3); break;                                                                                   \
+    case 12: CALL(1, 4); break;                                                                                   \
+    case 17: CALL(2, 1); break;                                                                                   \
+    case 18: CALL(2, 2); break;                                                                                   \
+    case 19: CALL(2, 3); break;                                                                                   \
+    case 20: CALL(2, 4); break;                                                                                   \
+    case 25: CALL(3, 1); break;                                                                                   \
+    case 26: CALL(3, 2); break;                                                                                   \
+    case 27: CALL(3, 3); break;                                                                                   \
+    case 28: CALL(3, 4); break;                                                                                   \
+    case 33: CALL(4, 1); break;                                                                                   \
+    case 34: CALL(4, 2); break;                                                                                   \
+    case 35: CALL(4, 3); break;                                                                                   \
+    default: CALL(4, 4); break;                                                                                   \
+    }
+
+typedef void (*tile_fn)(const ink_mat *W, int r0, const float *x, size_t ldx, int k0, int k1, __m512 *acc, int nr,
+                        int nt);
+
+#define FC_DT(DT, NR_, NT_) ftile(DT, w, ldw_, (size_t)W->cols * (DT == INK_DT_F32 ? 4 : 2), x, ldx, k0, k1, acc, NR_, NT_)
+#define FC_0(NR_, NT_) FC_DT(INK_DT_F32, NR_, NT_)
+#define FC_1(NR_, NT_) FC_DT(INK_DT_BF16, NR_, NT_)
+#define FC_2(NR_, NT_) FC_DT(INK_DT_F16, NR_, NT_)
+static void ft_f32(const ink_mat *W, int r0, const float *x, size_t ldx, int k0, int k1, __m512 *acc, int nr, int nt)
+{
+    const uint8_t *w = (const uint8_t *)W->data + (size_t)r0 * W->stride * 4;
+    size_t ldw_ = W->stride;
+    TILE_CASES(FC_0)
+}
+static void ft_bf16(const ink_mat *W, int r0, const float *x, size_t ldx, int k0, int k1, __m512 *acc, int nr, int nt)
+{
+    const uint8_t *w = (const uint8_t *)W->data + (size_t)r0 * W->stride * 2;
+    size_t ldw_ = W->stride;
+    TILE_CASES(FC_1)
+}
+static void ft_f16(const ink_mat *W, int r0, const float *x, size_t ldx, int k0, int k1, __m512 *acc, int nr, int nt)
+{
+    const uint8_t *w = (const uint8_t *)W->data + (size_t)r0 * W->stride * 2;
+    size_t ldw_ = W->stride;
+    TILE_CASES(FC_2)
+}
+
+/* ---- quantized views, f32 activations ----------------------------------------------------- */
+
+/* vpmultishiftqb control: dword lane j's low byte = nibble j of the broadcast 8-byte word */
+AI __m512i nib_ctrl(void)
+{
+    return _mm512_setr_epi64(0x0000000400000000ll, 0x0000000c00000008ll, 0x0000001400000010ll, 0x0000001c00000018ll,
+                             0x0000002400000020ll, 0x0000002c00000028ll, 0x0000003400000030ll, 0x0000003c00000038ll);
+}
+
+/* 16 codes (bits 2, 3, 5, 6) of a row from element c (c % 16 == 0) into dword lanes (masked to bits) */
+AI __m512i codes16(const int bits, const uint8_t *row, int c, __m512i perm, __m512i ctrl)
+{
+    __m128i v = _mm_maskz_loadu_epi8((__mmask16)((1u << (2 * bits)) - 1), row + (size_t)c * bits / 8);
+    __m512i d = _mm512_permutexvar_epi8(perm, _mm512_castsi128_si512(v));
+    d = _mm512_multishift_epi64_epi8(ctrl, d);
+    return _mm512_and_si512(d, _mm512_set1_epi32((1 << bits) - 1));
+}
+
+/* vpermb / vpmultishiftqb constants for codes16: qword m holds lanes 2m, 2m+1 */
+AI void codes16_consts(int bits, __m512i *perm, __m512i *ctrl)
+{
+    uint8_t p[64], cb[64];
+    memset(cb, 0, sizeof cb);
+    for (int m = 0; m < 8; m++) {
+        int bit = 2 * m * bits, o = bit / 8, sh = bit - 8 * o;
+        for (int i = 0; i < 8; i++) p[8 * m + i] = (uint8_t)(o + i < 16 ? o + i : 15);
+        cb[8 * m] = (uint8_t)sh, cb[8 * m + 4] = (uint8_t)(sh + bits);
+    }
+    *perm = _mm512_loadu_si512(p);
+    *ctrl = _mm512_loadu_si512(cb);
+}
+
+/* acc over groups [g0, g1) of rows r0.. (affine any width, or NVFP4 with bits = 0) */
+AI void qtile(const int bits, const ink_mat *W, int r0, const float *x, size_t ldx, int g0, int g1, __m512 *acc,
+              const int NR, const int NT)
+{
+    __m512 a[NRM][NTM];
+    const uint8_t *row[NRM];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        row[r] = (const uint8_t *)W->data + (size_t)(r0 + r) * W->stride;
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) a[r][t] = acc[r * NTM + t];
+    }
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 e2m1 = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
+                                       -2.0f, -3.0f, -4.0f, -6.0f);
+    const __m512i nctrl = nib_ctrl();
+    __m512i perm = _mm512_setzero_si512(), ctrl = _mm512_setzero_si512();
+    if (bits != 0 && bits != 4 && bits != 8) codes16_consts(bits, &perm, &ctrl);
+    const int gs = bits == 0 ? 16 : W->group;
+    for (int g = g0; g < g1; g++) {
+        __m512 tab[NRM], sv[NRM], bv[NRM];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            size_t gi = (size_t)(r0 + r) * W->sstride + (size_t)g;
+            if (bits == 0) {
+                tab[r] = _mm512_mul_ps(e2m1, _mm512_set1_ps(e4m3(((const uint8_t *)W->scales)[gi])));
+                sv[r] = bv[r] = _mm512_setzero_ps();
+            } else {
+                sv[r] = _mm512_set1_ps(scale_at(W->scales, W->sdtype, gi));
+                bv[r] = _mm512_set1_ps(scale_at(W->biases, W->sdtype, gi));
+                if (bits <= 4) tab[r] = _mm512_fmadd_ps(iota, sv[r], bv[r]);
+            }
+        }
+        for (int c = g * gs; c < (g + 1) * gs; c += 16) {
+            __m512 wv[NRM];
+            const int eb = bits == 0 ? 4 : bits;
+            if ((c * eb / 8) % 64 == 0)
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++)
+                    pf_ahead(row[r], (size_t)W->cols * eb / 8, (size_t)NR * W->stride, (size_t)c * eb / 8);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                if (bits == 0 || bits == 4) {
+                    long long u;
+                    memcpy(&u, row[r] + c / 2, 8);
+                    __m512i q = _mm512_multishift_epi64_epi8(nctrl, _mm512_set1_epi64(u));
+                    wv[r] = _mm512_permutexvar_ps(q, tab[r]);
+                } else if (bits == 8) {
+                    __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row[r] + c)));
+                    wv[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), sv[r], bv[r]);
+                } else if (bits < 4) {
+                    wv[r] = _mm512_permutexvar_ps(codes16(bits, row[r], c, perm, ctrl), tab[r]);
+                } else {
+                    wv[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(codes16(bits, row[r], c, perm, ctrl)), sv[r], bv[r]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512 xv = _mm512_loadu_ps(x + (size_t)t * ldx + c);
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) a[r][t] = _mm512_fmadd_ps(wv[r], xv, a[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[r * NTM + t] = a[r][t];
+}
+
+#define Q_FN(B)                                                                                                   \
+    static void qt_##B(const ink_mat *W, int r0, const float *x, size_t ldx, int k0, int k1, __m512 *acc, int nr, \
+                       int nt)                                                                                    \
+    {                                                                                                             \
+        int gs_ = B == 0 ? 16 : W->group, g0 = k0 / gs_, g1 = k1 / gs_;                                          \
+        TILE_CASES(QC_##B)                                                                                        \
+    }
+#define QC_0(NR_, NT_) qtile(0, W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+#define QC_2(NR_, NT_) qtile(2, W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+#define QC_3(NR_, NT_) qtile(3, W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+#define QC_4(NR_, NT_) qtile(4, W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+#define QC_5(NR_, NT_) qtile(5, W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+#define QC_6(NR_, NT_) qtile(6, W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+#define QC_8(NR_, NT_) qtile(8, W, r0, x, ldx, g0, g1, acc, NR_, NT_)
+Q_FN(0)
+Q_FN(2)
+Q_FN(3)
+Q_FN(4)
+Q_FN(5)
+Q_FN(6)
+Q_FN(8)
+
+static tile_fn pick(const ink_mat *W)
+{
+    switch (W->dtype) {
+    case INK_DT_F32: return ft_f32;
+    case INK_DT_BF16: return ft_bf16;
+    case INK_DT_F16: return ft_f16;
+    case INK_QT_NVFP4: return qt_0;
+    default: break;
+    }
+    switch (W->bits) {
+    case 2: return qt_2;
+    case 3: return qt_3;
+    case 4: return qt_4;
+    case 5: return qt_5;
+    case 6: return qt_6;
+    default: return qt_8;
+    }
+}
+
+/* ---- the f32-activation driver ------------------------------------------------------------ */
+
+#define KC 512  /* reduction block for T > NTM */
+#define RBLK 16 /* rows per block for T > NTM */
+#define TBLK 48 /* tokens per block for T > NTM */
+
+static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1);
+
+static void avx512_rows(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1, int int8)
+{
+    if (int8 && ink_int8_ok(W)) {
+        rows_int8(W, x, ldx, T, y, ldy, r0, r1);
+        return;
+    }
+    int quant = W->dtype == INK_QT_AFFINE || W->dtype == INK_QT_NVFP4;
+    if (quant && W->cols % 16) { /* no such checkpoint layout; keep a correct answer */
+        ink_kernels_scalar()->rows(W, x, ldx, T, y, ldy, r0, r1, 0);
+        return;
+    }
+    int K = W->cols;
+    tile_fn f = pick(W);
+    int big = T > NTM;
+    int kc = big ? KC : K, rblk = big ? RBLK : r1 - r0, tblk = big ? TBLK : T;
+    __m512 buf[RBLK / NRM][TBLK / NTM][NRM * NTM]; /* big: lane accumulators of a block, per tile */
+    for (int tb = 0; tb < T; tb += tblk) {
+        int tn = T - tb < tblk ? T - tb : tblk;
+        for (int rb = r0; rb < r1; rb += rblk) {
+            int rn = r1 - rb < rblk ? r1 - rb : rblk;
+            for (int k0 = 0; k0 < K || k0 == 0; k0 += kc) {
+                int k1 = k0 + kc < K ? k0 + kc : K;
+                int first = k0 == 0, last = k1 >= K;
+                for (int r = rb; r < rb + rn; r += NRM) {
+                    int nr = rb + rn - r < NRM ? rb + rn - r : NRM;
+                    for (int t = tb; t < tb + tn; t += NTM) {
+                        int nt = tb + tn - t < NTM ? tb + tn - t : NTM;
+                        __m512 acc_local[NRM * NTM];
+                        __m512 *acc = big ? buf[(r - rb) / NRM][(t - tb) / NTM] : acc_local;
+                        if (first)
+                            for (int i = 0; i < NRM * NTM; i++) acc[i] = _mm512_setzero_ps();
+                        if (k1 > k0) f(W, r, x + (size_t)t * ldx, (size_t)ldx, k0, k1, acc, nr, nt);
+                        if (!last) continue;
+                        for (int i = 0; i < nr; i++)
+                            for (int j = 0; j < nt; j++) {
+                                float s = hsum16(acc[i * NTM + j]);
+                                if (W->dtype == INK_QT_NVFP4) s *= W->gscale;
+                                y[(size_t)(t + j) * ldy + r + i] = s;
+                            }
+                    }
+                }
+                if (K == 0) break;
+            }
+        }
+    }
+}
+
+/* ---- int8 activations (affine 4 / 8 bit), VNNI -------------------------------------------- */
+
+#define QXK (INK_QX_MAXK + 64)
+
+/* The activations of up to INK_QX_TILE tokens: q as ink_qx_fill makes them (zero-padded to a multiple
+ * of 64), per 64-element step the block scales [d(2i) x8, d(2i+1) x8], and per group sum(x). */
+typedef struct qx512 {
+    int8_t q[INK_QX_TILE][QXK];
+    float dv[INK_QX_TILE][QXK / 4];
+    float xs[INK_QX_TILE][INK_QX_MAXK / 32 + 16];
+} qx512;
+
+static void qx512_fill(qx512 *qx, const float *x, int ldx, int nt, int k, int gs)
+{
+    int nb = k / 32, kp = (k + 63) & ~63;
+    for (int t = 0; t < nt; t++) {
+        const float *xt = x + (size_t)t * ldx;
+        float d[INK_QX_MAXK / 32 + 2], bs[INK_QX_MAXK / 32 + 1];
+        for (int b = 0; b < nb; b++) {
+            const float *v = xt + 32 * b;
+            __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            /* the same quantization as ink_qx_fill: id = 127/amax, q = nearbyint(v * id) */
+            float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+            __m512 iv = _mm512_set1_ps(id);
+            __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v0, iv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v1, iv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            _mm_storeu_si128((__m128i *)(qx->q[t] + 32 * b), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(qx->q[t] + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
+            d[b] = amax / 127.0f;
+            bs[b] = hsum16(_mm512_add_ps(v0, v1));
+        }
+        d[nb] = d[nb + 1] = 0.0f;
+        if (kp > k) memset(qx->q[t] + k, 0, (size_t)(kp - k));
+        for (int i = 0; i < kp / 64; i++) {
+            __m512 dv = _mm512_insertf32x8(_mm512_set1_ps(d[2 * i]), _mm256_set1_ps(d[2 * i + 1]), 1);
+            _mm512_storeu_ps(qx->dv[t] + 16 * i, dv);
+        }
+        int G = k / gs, per = gs / 32;
+        for (int g = 0; g < G; g++) {
+            float s = bs[g * per];
+            for (int j = 1; j < per; j++) s += bs[g * per + j];
+            qx->xs[t][g] = s;
+        }
+        for (int g = G; g < G + 16; g++) qx->xs[t][g] = 0.0f;
+    }
+}
+
+/* 64 codes from element c (n = 64 or 32 valid) as unsigned bytes in element order */
+AI __m512i codes64(const int bits, const uint8_t *row, int c, int n)
+{
+    if (bits == 8)
+        return n == 64 ? _mm512_loadu_si512(row + c) : _mm512_maskz_loadu_epi8(0xffffffffull, row + c);
+    __m256i v = n == 64 ? _mm256_loadu_si256((const __m256i *)(row + c / 2))
+                        : _mm256_maskz_loadu_epi8(0xffffu, row + c / 2);
+    __m512i d = _mm512_cvtepu32_epi64(v); /* qword m = nibbles 8m .. 8m+7 */
+    d = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x1c1814100c080400ll), d);
+    return _mm512_and_si512(d, _mm512_set1_epi8(15));
+}
+
+/* per-lane group scales of the 64-element step at c: lanes 0-7 group c/gs, lanes 8-15 (c+32)/gs */
+AI __m512 step_scale(const ink_mat *W, size_t base, int c, int n)
+{
+    int gs = W->group;
+    float s0 = scale_at(W->scales, W->sdtype, base + (size_t)(c / gs));
+    if (gs >= 64 || n < 64) return _mm512_set1_ps(s0);
+    float s1 = scale_at(W->scales, W->sdtype, base + (size_t)((c + 32) / gs));
+    return _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
+}
+
+AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0, float *y, int ldy, const int NR,
+               const int NT)
+{
+    int K = W->cols;
+    __m512 a[NRM][NTM];
+    const uint8_t *row[NRM];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        row[r] = (const uint8_t *)W->data + (size_t)(o0 + r) * W->stride;
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) a[r][t] = _mm512_setzero_ps();
+    }
+    for (int c = 0; c < K; c += 64) {
+        int n = K - c >= 64 ? 64 : 32;
+        __m512i code[NRM];
+        __m512 sv[NRM];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            if ((c * bits / 8) % 64 == 0) pf_ahead(row[r], (size_t)K * bits / 8, (size_t)NR * W->stride, (size_t)c * bits / 8);
+            code[r] = codes64(bits, row[r], c, n);
+            sv[r] = step_scale(W, (size_t)(o0 + r) * W->sstride, c, n);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512i q = _mm512_loadu_si512(qx->q[t0 + t] + c);
+            __m512 dv = _mm512_loadu_ps(qx->dv[t0 + t] + c / 4);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512 li = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), code[r], q));
+                a[r][t] = _mm512_fmadd_ps(li, _mm512_mul_ps(sv[r], dv), a[r][t]);
+            }
+        }
+    }
+    /* bias term: sum_g b[g] * sum(x over g), 16 groups at a time */
+    int G = K / W->group;
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        size_t base = (size_t)(o0 + r) * W->sstride;
+        __m512 bt[NTM];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) bt[t] = _mm512_setzero_ps();
+        for (int g = 0; g < G; g += 16) {
+            __m512 bv = scales16(W->biases, W->sdtype, base + (size_t)g, G - g);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) bt[t] = _mm512_fmadd_ps(bv, _mm512_loadu_ps(qx->xs[t0 + t] + g), bt[t]);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o0 + r] = hsum16(a[r][t]) + hsum16(bt[t]);
+    }
+}
+
+#define I8_FN(B)                                                                                                  \
+    static void i8tile_##B(const ink_mat *W, int o0, const qx512 *qx, int t0, float *y, int ldy, int nr, int nt) \
+    {                                                                                                             \
+        TILE_CASES(I8C_##B)                                                                                       \
+    }
+#define I8C_4(NR_, NT_) i8tile(4, W, o0, qx, t0, y, ldy, NR_, NT_)
+#define I8C_8(NR_, NT_) i8tile(8, W, o0, qx, t0, y, ldy, NR_, NT_)
+I8_FN(4)
+I8_FN(8)
+
+static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)
+{
+    qx512 qx; /* ~580 KiB on the stack: no allocation on the hot path */
+    void (*f)(const ink_mat *, int, const qx512 *, int, float *, int, int, int) = W->bits == 8 ? i8tile_8 : i8tile_4;
+    for (int t0 = 0; t0 < T; t0 += INK_QX_TILE) {
+        int nt = T - t0 < INK_QX_TILE ? T - t0 : INK_QX_TILE;
+        qx512_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols, W->group);
+        for (int o = r0; o < r1; o += NRM) {
+            int nr = r1 - o < NRM ? r1 - o : NRM;
+            for (int t = 0; t < nt; t += NTM)
+                f(W, o, &qx, t, y + (size_t)(t0 + t) * ldy, ldy, nr, nt - t < NTM ? nt - t : NTM);
+        }
+    }
+}
+
+static const ink_kernels avx512_set = {"avx512", avx512_rows};
+
+const ink_kernels *ink_kernels_avx512_raw(void) { return &avx512_set; }
+
+#endif
