@@ -199,7 +199,7 @@ static enum MHD_Result generate(ink_server *S, struct MHD_Connection *con, req *
         return send_error(con, 500, "server_error", NULL, "out of memory");
     }
     pthread_mutex_lock(&S->mu);
-    if (S->stopping || S->q_len >= S->o.queue_max) {
+    if (S->stopping || S->q_len >= S->o.queue_max + (S->running ? 0 : 1)) {
         int stopping = S->stopping;
         if (!stopping) S->met.rejected++;
         pthread_mutex_unlock(&S->mu);
