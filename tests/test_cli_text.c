@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* GPT-2 byte-level spelling of byte b. */
 static const char *byte_level(unsigned b, char out[3])
@@ -65,6 +66,7 @@ static void small_model(char *dir, size_t n)
     tiny_spec sp;
     tiny_default(&sp);
     sp.vocab = 264, sp.vocab_unpadded = 259, sp.eos = 258, sp.max_ctx = 2000000;
+    sp.mtp_depth = 2, sp.n_mtp_local = 1, sp.mtp_file = 1;
     assert_int_equal(tu_tmpdir(dir, n, "text"), 0);
     assert_int_equal(tiny_write(dir, &sp), 0);
     write_small_tokenizer(dir);
@@ -118,6 +120,38 @@ static void test_raw_text_equals_token_path(void **state)
     snprintf(cmd, sizeof cmd, "%s generate -m %s --raw -f %s/nope.txt", tu_bin(), dir, dir);
     assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 1);
     assert_non_null(strstr(err, "nope.txt"));
+    /* a tokenizer without the chat tokens: -p is used as a plain prompt */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'hello world' -n 12 --temp 0 --ignore-eos", tu_bin(), dir);
+    assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 0);
+    out2[strcspn(out2, "\n")] = 0;
+    assert_string_equal(out2, out);
+    snprintf(cmd, sizeof cmd, "echo hi | %s chat -m %s", tu_bin(), dir);
+    assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 1);
+    assert_non_null(strstr(err, "no Inkling chat format"));
+    /* inkling.json names engine defaults: drafting with the model's MTP head; flags win */
+    char sp[300];
+    snprintf(sp, sizeof sp, "%s/inkling.json", dir);
+    FILE *jf = fopen(sp, "w");
+    fputs("{\"draft_kind\": \"mtp\", \"draft_block_size\": 3}", jf);
+    fclose(jf);
+    snprintf(sp, sizeof sp, "%s/st.json", dir);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --raw -p 'hello world' -n 12 --temp 0 --ignore-eos --stats-json %s",
+             tu_bin(), dir, sp);
+    assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 0);
+    out2[strcspn(out2, "\n")] = 0;
+    assert_string_equal(out2, out); /* greedy: the same text with drafting */
+    json_t *st = json_load_file(sp, 0, NULL);
+    assert_true(json_integer_value(json_object_get(st, "rounds")) > 0);
+    assert_int_equal(json_integer_value(json_object_get(st, "block_size")), 3);
+    json_decref(st);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --raw -p 'hello world' -n 12 --temp 0 --draft-kind none --stats-json %s",
+             tu_bin(), dir, sp);
+    assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 0);
+    st = json_load_file(sp, 0, NULL);
+    assert_int_equal(json_integer_value(json_object_get(st, "rounds")), 0);
+    json_decref(st);
+    snprintf(sp, sizeof sp, "%s/inkling.json", dir);
+    unlink(sp);
     /* -m owner/name resolves to the download cache */
     char cache[300];
     snprintf(cache, sizeof cache, "%s-cache", dir);

@@ -34,7 +34,7 @@ typedef struct gargs {
     const char *stats_path, *trace_path;
     long threads, n_ctx, n_gen, seed, top_k, block, last_n;
     double temp, top_p, min_p, rep, freq, pres;
-    int set_temp, set_top_k, set_top_p, set_min_p, set_rep;
+    int set_temp, set_top_k, set_top_p, set_min_p, set_rep, set_draft, set_block;
     int raw, special, show_reasoning, stop_eos, capture;
 } gargs;
 
@@ -99,8 +99,9 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
                 return 2;
             }
             a->draft_kind = v;
+            a->set_draft = 1;
         } else if (!strcmp(o, "--draft-model")) { VAL(); a->draft_model = v; }
-        else if (!strcmp(o, "--draft-block-size")) INT(a->block, 1, 64);
+        else if (!strcmp(o, "--draft-block-size")) { INT(a->block, 1, 64); a->set_block = 1; }
         else if (!strcmp(o, "--mtp-mode")) {
             VAL();
             if (strcmp(v, "per-depth") && strcmp(v, "compat")) {
@@ -123,6 +124,25 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
 #undef FLT
     }
     return 0;
+}
+
+/* inkling.json of a model directory may name engine defaults the command line did not set:
+ * {"draft_kind": "mtp", "draft_block_size": K} (the bundled model drafts by default because its
+ * benchmark shows that it pays). */
+static void apply_inkling_json(gargs *a, const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/inkling.json", dir);
+    json_t *g = json_load_file(p, 0, NULL);
+    if (!g) return;
+    json_t *v;
+    if (!a->set_draft && json_is_string(v = json_object_get(g, "draft_kind")) &&
+        (!strcmp(json_string_value(v), "mtp") || !strcmp(json_string_value(v), "none")))
+        a->draft_kind = !strcmp(json_string_value(v), "mtp") ? "mtp" : "none";
+    if (!a->set_block && json_is_integer(v = json_object_get(g, "draft_block_size")) && json_integer_value(v) >= 1 &&
+        json_integer_value(v) <= 64)
+        a->block = (long)json_integer_value(v);
+    json_decref(g);
 }
 
 /* generation_config.json of the model supplies sampling defaults the command line did not set. */
@@ -297,6 +317,7 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     }
     if (need_tok && ink_tokenizer_open(&r->tok, r->dir, &r->e)) return fail(&r->e);
     if (need_tok) apply_generation_config(a, r->dir);
+    apply_inkling_json(a, r->dir);
     if (isatty(2)) fprintf(stderr, "loading %s ...\r", r->dir);
     ink_model_opts mo = {(int)a->threads};
     if (ink_model_open(&r->m, r->dir, &mo, &r->e)) return fail(&r->e);
@@ -444,6 +465,11 @@ int cmd_generate(int argc, char **argv)
             rc = 1;
             goto done;
         }
+        ink_err ce = {0};
+        if (!a->raw && ink_chat_check_tokenizer(r.tok, &ce)) {
+            a->raw = 1; /* a plain-text model: its tokenizer has no Inkling chat tokens */
+            if (isatty(2)) fprintf(stderr, "(plain-text model: no chat format, the prompt is used as is)\n");
+        }
         if (a->raw) rc = ink_tokenizer_encode(r.tok, body, strlen(body), a->special ? INK_TOK_SPECIAL : 0, &t, &r.e);
         else {
             ink_chat_msg msgs[2];
@@ -503,6 +529,12 @@ int cmd_chat(int argc, char **argv)
     if ((rc = run_open(&r, 1, 0))) {
         run_free(&r);
         return rc;
+    }
+    if (ink_chat_check_tokenizer(r.tok, &r.e)) {
+        fprintf(stderr, "inkling chat: %s has no Inkling chat format (%s); use `inkling generate --raw -p TEXT`\n", r.dir,
+                r.e.msg);
+        run_free(&r);
+        return 1;
     }
     r.o.reuse_prefix = 1;
     size_t n_msgs = 0, cap = 16;
