@@ -1,8 +1,8 @@
 /* cmd_bench.c — `inkling bench`: machine ceilings, kernel roofline fractions, the verify-cost curve
  * and model throughput, measured in one run (docs/benchmarks.md documents the output and JSON keys).
  *   inkling bench [--threads N] [--json] [--quick] [--sets all|best|NAME,...] [-m DIR]...
- * The kernel table is measured for every available SIMD set (default; `best`: the active one only),
- * so the sets compare in one run; the models run on the best set.
+ * The kernel table and the models are measured with every available SIMD set (default; `best`: the
+ * active one only), so the sets compare in one run.
  * Every figure is a median over repetitions; ratios (fraction of roofline, c(K)) are what to compare
  * across runs, absolute numbers drift with the neighbours of a shared machine. */
 #include "cli/cli.h"
@@ -300,7 +300,7 @@ static json_t *bench_model(const char *dir, int threads, double bw, double peak,
     json_object_set_new(j, "weights_stored_bytes", json_real(stored));
     json_object_set_new(j, "rss_model_bytes", json_real((double)(rss1 - rss0) * 1024));
     if (!json) {
-        printf("\nmodel %s (%s), %d threads\n", dir, m->info.quant, threads);
+        printf("\nmodel %s (%s), kernel set %s, %d threads\n", dir, m->info.quant, ink_kernels_active()->name, threads);
         printf("  weight bytes/token %.1f MB; prefill %.1f tok/s; decode %.2f tok/s = %.2f GB/s = %.2f of read BW\n",
                bytes1 / 1e6, prefill, decode, bytes1 * decode / 1e9, bytes1 * decode / 1e9 / bw);
         printf("  verify cost c(K) = t(K)/t(1), t(1) = %.2f ms\n  K        ", t1 * 1e3);
@@ -504,10 +504,13 @@ int cmd_bench(int argc, char **argv)
     free(x), free(y);
     /* models */
     json_t *MJ = json_array();
-    for (int i = 0; i < nmod; i++) {
-        json_t *mj = bench_model(models[i], threads, bw[ntc - 1], peak[ntc - 1], quick, json);
-        if (mj) json_array_append_new(MJ, mj);
-    }
+    for (int si = 0; si < nsets; si++)
+        for (int i = 0; i < nmod; i++) {
+            ink_kernels_select(sets[si]);
+            json_t *mj = bench_model(models[i], threads, bw[ntc - 1], peak[ntc - 1], quick, json);
+            if (mj) json_object_set_new(mj, "set", json_string(sets[si]->name)), json_array_append_new(MJ, mj);
+        }
+    ink_kernels_select(best_set);
     json_object_set_new(J, "models", MJ);
     if (json) {
         char *txt = json_dumps(J, JSON_INDENT(1) | JSON_REAL_PRECISION(5));
