@@ -1,16 +1,25 @@
-/* pool.c — persistent thread pool (see pool.h). Generation counter + two condition variables. */
+/* pool.c — persistent thread pool (see pool.h).
+ *
+ * Hand-off: a generation counter and a pending counter, both atomic. Workers spin on the generation
+ * for a short while (decode runs dozens of small matmuls per token, and a condition-variable wake-up
+ * costs tens of microseconds), then sleep on a condition variable; the caller spins on `pending`
+ * the same way. The mutex only guards the sleeping paths. */
 #include "base/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+
+#define SPINS 20000 /* ~tens of microseconds of polling before sleeping */
 
 struct ink_pool {
     int n;
     pthread_t *th;
     pthread_mutex_t mu;
     pthread_cond_t go, done;
-    unsigned long gen;
-    int pending, stop;
+    atomic_ulong gen;
+    atomic_int pending, stop, sleepers, waiting;
     ink_task_fn fn;
     void *ctx;
 };
@@ -22,6 +31,13 @@ typedef struct worker_arg {
 
 static _Thread_local int in_task;
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 static void *worker(void *arg)
 {
     worker_arg *w = arg;
@@ -30,19 +46,31 @@ static void *worker(void *arg)
     free(w);
     unsigned long seen = 0;
     in_task = 1;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (p->gen == seen && !p->stop) pthread_cond_wait(&p->go, &p->mu);
-        if (p->stop) break;
-        seen = p->gen;
-        ink_task_fn fn = p->fn;
-        void *ctx = p->ctx;
-        pthread_mutex_unlock(&p->mu);
-        fn(ctx, ith, p->n);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->done);
+        unsigned long g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+               !atomic_load_explicit(&p->stop, memory_order_acquire)) {
+            if (++spins < SPINS) {
+                cpu_relax();
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->go, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+            spins = 0;
+        }
+        if (atomic_load(&p->stop)) break;
+        seen = g;
+        p->fn(p->ctx, ith, p->n);
+        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->waiting)) { /* seq_cst: pairs with `waiting` */
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -62,7 +90,8 @@ ink_pool *ink_pool_create(int n)
     }
     for (int i = 1; i < n; i++) {
         worker_arg *w = malloc(sizeof *w);
-        if (!w || pthread_create(&p->th[i], NULL, worker, w ? (w->p = p, w->ith = i, w) : NULL)) {
+        if (w) w->p = p, w->ith = i;
+        if (!w || pthread_create(&p->th[i], NULL, worker, w)) {
             free(w);
             p->n = i; /* join the ones that started */
             ink_pool_free(p);
@@ -76,7 +105,7 @@ void ink_pool_free(ink_pool *p)
 {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
+    atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n; i++)
@@ -96,16 +125,27 @@ void ink_pool_run(ink_pool *p, ink_task_fn fn, void *ctx)
         fn(ctx, 0, 1);
         return;
     }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn, p->ctx = ctx;
-    p->pending = p->n - 1;
-    p->gen++;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes fn, ctx, pending; pairs with `sleepers` */
+    if (atomic_load(&p->sleepers)) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->go);
+        pthread_mutex_unlock(&p->mu);
+    }
     in_task = 1;
     fn(ctx, 0, p->n);
     in_task = 0;
-    pthread_mutex_lock(&p->mu);
-    while (p->pending) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire);) {
+        if (++spins < SPINS) {
+            cpu_relax();
+            continue;
+        }
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->waiting, 1);
+        while (atomic_load(&p->pending)) pthread_cond_wait(&p->done, &p->mu);
+        atomic_store(&p->waiting, 0);
+        pthread_mutex_unlock(&p->mu);
+        break;
+    }
 }
