@@ -37,20 +37,6 @@ static void prompt(int32_t *ids, int T, int V, uint64_t seed)
     }
 }
 
-/* All-position logits of one prefill of ids[0..T). Caller frees. */
-static float *prefill_logits(ink_model *m, const int32_t *ids, int T)
-{
-    int V = ink_model_n_vocab(m);
-    float *lg = malloc((size_t)T * V * sizeof(float));
-    ink_session *s;
-    ink_err e = {0};
-    assert_int_equal(ink_session_create(&s, m, 512, &e), 0);
-    ink_eval_out o = {.logits = lg, .all_logits = 1};
-    assert_int_equal(ink_session_eval(s, ids, T, &o, &e), 0);
-    ink_session_free(s);
-    return lg;
-}
-
 /* Feeds ids in pieces of the given sizes (cycled) and returns all logits. */
 static float *chunked_logits(ink_model *m, const int32_t *ids, int T, const int *sizes, int n_sizes)
 {
@@ -68,6 +54,12 @@ static float *chunked_logits(ink_model *m, const int32_t *ids, int T, const int 
     }
     ink_session_free(s);
     return lg;
+}
+
+/* All-position logits of one prefill of ids[0..T). Caller frees. */
+static float *prefill_logits(ink_model *m, const int32_t *ids, int T)
+{
+    return chunked_logits(m, ids, T, &T, 1);
 }
 
 static void assert_close(const float *a, const float *b, size_t n, float rel, const char *what)
