@@ -38,7 +38,7 @@ static void sift(int *h, int k, int i, const float *l)
     }
 }
 
-static int penalties_on(const ink_sampling *c)
+int ink_sample_penalties_on(const ink_sampling *c)
 {
     return c->penalty_last_n != 0 &&
            ((c->repeat_penalty > 0 && c->repeat_penalty != 1.0f) || c->frequency_penalty != 0 || c->presence_penalty != 0);
@@ -46,7 +46,7 @@ static int penalties_on(const ink_sampling *c)
 
 void ink_sample_penalize(const ink_sampling *c, float *w, int n, const int32_t *hist, int n_hist, int *idx)
 {
-    if (!penalties_on(c) || n_hist <= 0) return;
+    if (!ink_sample_penalties_on(c) || n_hist <= 0) return;
     int from = c->penalty_last_n < 0 || c->penalty_last_n > n_hist ? 0 : n_hist - c->penalty_last_n;
     memset(idx, 0, (size_t)n * sizeof *idx);
     for (int i = from; i < n_hist; i++)
@@ -66,7 +66,7 @@ void ink_sample_dist(const ink_sampling *c, const float *logits, int n, const in
 {
     int *idx = scr->idx;
     const float *l = logits;
-    if (penalties_on(c) && n_hist > 0) {
+    if (ink_sample_penalties_on(c) && n_hist > 0) {
         memcpy(scr->work, logits, (size_t)n * sizeof *logits);
         ink_sample_penalize(c, scr->work, n, hist, n_hist, idx);
         l = scr->work;

@@ -26,6 +26,8 @@ typedef struct ink_sample_scratch {
  * after history hist[0..n_hist) (for the penalties). */
 void ink_sample_dist(const ink_sampling *c, const float *logits, int n, const int32_t *hist, int n_hist, float *p,
                      ink_sample_scratch *scr);
+/* 1 if the chain of `c` applies any penalty (otherwise the logits are used as they are). */
+int ink_sample_penalties_on(const ink_sampling *c);
 /* Applies the penalties of `c` to work[0..n) (a copy of the logits) in place. idx: [n] scratch. */
 void ink_sample_penalize(const ink_sampling *c, float *work, int n, const int32_t *hist, int n_hist, int *idx);
 /* Draws an index from the distribution p (sums to ~1). */

@@ -88,7 +88,7 @@ static void dist(gen *g, const float *logits, int n_hist, float *p)
 static int32_t greedy_pick(gen *g, const float *logits, int n_hist)
 {
     const ink_sampling *c = &g->o->sampling;
-    if (c->penalty_last_n == 0 || n_hist == 0) return ink_argmax(logits, g->V);
+    if (!ink_sample_penalties_on(c) || n_hist == 0) return ink_argmax(logits, g->V); /* no copy when off */
     memcpy(g->work, logits, (size_t)g->V * sizeof(float));
     ink_sample_penalize(c, g->work, g->V, g->seq, n_hist, g->idx);
     return ink_argmax(g->work, g->V);
