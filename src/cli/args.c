@@ -71,3 +71,9 @@ const char *arg_value(int argc, char **argv, int *i)
     }
     return argv[++*i];
 }
+
+int cli_fail(const ink_err *e)
+{
+    fprintf(stderr, "inkling: %s: %s\n", ink_status_str(e->code), e->msg);
+    return 1;
+}

@@ -2,6 +2,8 @@
 #ifndef INK_CLI_ARGS_H
 #define INK_CLI_ARGS_H
 
+#include "inkling.h"
+
 #include <stdint.h>
 
 /* Parses a decimal integer in [lo, hi]; on failure prints "inkling: FLAG: ..." and returns -1. */
@@ -11,5 +13,8 @@ int arg_float(const char *flag, const char *s, double lo, double hi, double *out
 int arg_ids(const char *flag, const char *s, int32_t **out, int *n);
 /* Fetches the value of a flag taking one argument; prints an error if missing. */
 const char *arg_value(int argc, char **argv, int *i);
+
+/* Prints "inkling: <status>: <message>" for a library error and returns exit code 1. */
+int cli_fail(const ink_err *e);
 
 #endif

@@ -162,12 +162,6 @@ static void apply_generation_config(gargs *a, const char *dir)
     json_decref(g);
 }
 
-static int fail(const ink_err *e)
-{
-    fprintf(stderr, "inkling: %s: %s\n", ink_status_str(e->code), e->msg);
-    return 1;
-}
-
 /* ---- output --------------------------------------------------------------------------- */
 
 static void trace_round(void *ud, const ink_round *r);
@@ -315,18 +309,18 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
         fprintf(stderr, "inkling: no model: pass -m DIR (no bundled default model was found)\n");
         return 2;
     }
-    if (need_tok && ink_tokenizer_open(&r->tok, r->dir, &r->e)) return fail(&r->e);
+    if (need_tok && ink_tokenizer_open(&r->tok, r->dir, &r->e)) return cli_fail(&r->e);
     if (need_tok) apply_generation_config(a, r->dir);
     apply_inkling_json(a, r->dir);
     if (isatty(2)) fprintf(stderr, "loading %s ...\r", r->dir);
     ink_model_opts mo = {(int)a->threads};
-    if (ink_model_open(&r->m, r->dir, &mo, &r->e)) return fail(&r->e);
+    if (ink_model_open(&r->m, r->dir, &mo, &r->e)) return cli_fail(&r->e);
     if (!strcmp(a->draft_kind, "mtp") &&
         ink_drafter_open(&r->d, r->m, a->draft_model ? ink_cli_model_dir(a->draft_model) : r->dir, &r->e))
-        return fail(&r->e);
+        return cli_fail(&r->e);
     long n_ctx = a->n_ctx, max_ctx = ink_model_get_info(r->m)->max_ctx;
     if (!n_ctx && n_ctx_hint > 4096) n_ctx = n_ctx_hint < max_ctx ? n_ctx_hint : max_ctx;
-    if (ink_session_create(&r->s, r->m, (int)n_ctx, &r->e)) return fail(&r->e);
+    if (ink_session_create(&r->s, r->m, (int)n_ctx, &r->e)) return cli_fail(&r->e);
     if (isatty(2)) fprintf(stderr, "%*s\r", (int)strlen(r->dir) + 12, "");
     ink_gen_opts *o = &r->o;
     o->stop_eos = a->stop_eos;
@@ -385,7 +379,7 @@ static int generate_once(run *r, const int32_t *ids, int n_ids, int text_mode, i
         if (chat ? ink_chat_parser_new(&k.cp, r->tok, &r->e) : ink_detok_new(&k.dt, r->tok, INK_DECODE_SKIP_SPECIAL, &r->e)) {
             free(out);
             if (trace) fclose(trace);
-            return fail(&r->e);
+            return cli_fail(&r->e);
         }
     }
     r->o.max_tokens = max;
@@ -401,7 +395,7 @@ static int generate_once(run *r, const int32_t *ids, int n_ids, int text_mode, i
     int n_out = 0;
     memset(&r->e, 0, sizeof r->e);
     int grc = ink_generate(r->s, ids, n_ids, &r->o, out, max, &n_out, &st, &r->e);
-    if (grc && grc != INK_E_CANCELLED) rc = fail(&r->e);
+    if (grc && grc != INK_E_CANCELLED) rc = cli_fail(&r->e);
     if (text_mode) {
         ink_chat_event ev[4];
         size_t n = 0;
@@ -481,7 +475,7 @@ int cmd_generate(int argc, char **argv)
         }
         free(body);
         if (rc) {
-            rc = fail(&r.e);
+            rc = cli_fail(&r.e);
             ink_tokens_free(&t);
             goto done;
         }
@@ -558,7 +552,7 @@ int cmd_chat(int argc, char **argv)
         ink_chat_opts co = {.effort = r.a.effort};
         memset(&r.e, 0, sizeof r.e);
         if (ink_chat_render(r.tok, msgs, n_msgs, &co, &t, &r.e)) {
-            rc = fail(&r.e);
+            rc = cli_fail(&r.e);
             ink_tokens_free(&t);
             break;
         }

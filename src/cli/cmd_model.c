@@ -42,12 +42,6 @@ static void resolve_model(common *c)
     if (d) snprintf(buf, sizeof buf, "%s", d), c->model = buf;
 }
 
-static int fail(const ink_err *e)
-{
-    fprintf(stderr, "inkling: %s: %s\n", ink_status_str(e->code), e->msg);
-    return 1;
-}
-
 static int open_model(const common *c, ink_model **m, ink_err *e)
 {
     if (!c->model) {
@@ -55,7 +49,7 @@ static int open_model(const common *c, ink_model **m, ink_err *e)
         return 2;
     }
     ink_model_opts o = {(int)c->threads};
-    return ink_model_open(m, c->model, &o, e) ? fail(e) : 0;
+    return ink_model_open(m, c->model, &o, e) ? cli_fail(e) : 0;
 }
 
 /* ---- info ------------------------------------------------------------------------------ */
@@ -81,7 +75,7 @@ int cmd_info(int argc, char **argv)
     }
     ink_model_info info;
     ink_err e = {0};
-    if (ink_model_detect(c.model, &info, &e)) return fail(&e);
+    if (ink_model_detect(c.model, &info, &e)) return cli_fail(&e);
     printf("model:        %s\n", c.model);
     printf("family:       %s\n", info.family);
     printf("architecture: %s (model_type %s)\n", *info.architecture ? info.architecture : "-",
@@ -113,7 +107,7 @@ int cmd_info(int argc, char **argv)
     ink_session *s;
     if (ink_session_create(&s, m, (int)c.n_ctx, &e)) {
         ink_model_free(m);
-        return fail(&e);
+        return cli_fail(&e);
     }
     printf("supported:    yes\n");
     printf("context:      %d tokens: KV + conv state %.2f MiB (allocated once)\n", ink_session_n_ctx(s),
@@ -192,11 +186,11 @@ int cmd_logits(int argc, char **argv)
     float *lg = NULL;
     long n_ctx = c.n_ctx ? c.n_ctx : 0;
     if (!n_ctx && T > 4096) n_ctx = T;
-    if (ink_session_create(&s, m, (int)n_ctx, &e)) rc = fail(&e);
+    if (ink_session_create(&s, m, (int)n_ctx, &e)) rc = cli_fail(&e);
     else if (!(lg = malloc((size_t)T * V * sizeof(float)))) rc = fprintf(stderr, "inkling: out of memory\n") ? 1 : 1;
     else {
         ink_eval_out o = {.logits = lg, .all_logits = 1};
-        if (ink_session_eval(s, ids, T, &o, &e)) rc = fail(&e);
+        if (ink_session_eval(s, ids, T, &o, &e)) rc = cli_fail(&e);
         else rc = write_npy_f32(outp, lg, T, V);
     }
     free(lg);
