@@ -184,6 +184,15 @@ enum ink_mtp_mode {
 int ink_drafter_open(ink_drafter **out, ink_model *target, const char *dir, ink_err *err);
 void ink_drafter_free(ink_drafter *d);
 int ink_drafter_n_depth(const ink_drafter *d);
+/* Draft vocabulary: the drafter proposes only the tokens ids[0..n) (n = 0: the whole vocabulary).
+ * Each draft's unembedding then costs n rows instead of the vocabulary: a packed copy of those rows
+ * (n x H, in the checkpoint's dtype) is made here and owned by the drafter. The target still scores
+ * the whole vocabulary, so greedy output is unchanged and speculative sampling stays lossless (the
+ * draft distribution is zero outside the set). Ids must be distinct and < ink_model_n_vocab. */
+int ink_drafter_set_vocab(ink_drafter *d, const int32_t *ids, int n, ink_err *err);
+/* The same with the first n ids of `dir`/draft_vocab.json ({"ids": [...]}: token ids by descending
+ * frequency, as tools/train/draft_vocab.py writes it). */
+int ink_drafter_load_vocab(ink_drafter *d, const char *dir, int n, ink_err *err);
 
 /* One speculative round, reported to the trace callback (fields as in the golden traces). */
 typedef struct ink_round {

@@ -135,15 +135,17 @@ static void test_cli_generate_ids_equal_pytorch(void **state)
 {
     (void)state;
     json_t *j = expected(), *cases = json_object_get(j, "cases");
-    for (size_t i = 0; i < json_array_size(cases) && i < 2; i++) {
-        json_t *c = json_array_get(cases, i);
+    const char *flags[3] = {"", "--draft-kind mtp --draft-model " DIR " ",
+                            "--draft-kind mtp --draft-vocab 1024 --rollback replay --draft-block-size 3 "};
+    for (size_t i = 0; i < 3 && json_array_size(cases) > 0; i++) {
+        json_t *c = json_array_get(cases, i % json_array_size(cases));
         int32_t p[MAXN], want[MAXN];
         int P = ids_of(json_object_get(c, "prompt_ids"), p, MAXN);
         int N = ids_of(json_object_get(c, "greedy_ids"), want, MAXN);
         char cmd[8192], out[8192], exp[8192];
         size_t o = 0, q = 0;
         o += (size_t)snprintf(cmd + o, sizeof cmd - o, "%s generate -m %s -t 2 --temp 0 --ids -n %d %s--prompt-ids ",
-                              tu_bin(), DIR, N, i ? "--draft-kind mtp --draft-model " DIR " " : "");
+                              tu_bin(), DIR, N, flags[i]);
         for (int t = 0; t < P; t++) o += (size_t)snprintf(cmd + o, sizeof cmd - o, "%s%d", t ? "," : "", p[t]);
         for (int t = 0; t < N; t++) q += (size_t)snprintf(exp + q, sizeof exp - q, "%s%d", t ? "," : "", want[t]);
         int rc = tu_run(cmd, out, sizeof out, NULL, 0);
@@ -200,8 +202,8 @@ static void test_mtp_greedy_invariant_and_acceptance(void **state)
     int D = ink_drafter_n_depth(d);
     ink_session *s = NULL;
     assert_int_equal(ink_session_create(&s, m, 1024, &e), 0);
-    long acc[2] = {0, 0}, drafted[2] = {0, 0};
-    for (int mode = 0; mode < 2; mode++)
+    long acc[3] = {0, 0, 0}, drafted[3] = {0, 0, 0};
+    for (int mode = 0; mode < 3; mode++) /* 2: per-depth with the 1,024-token draft vocabulary */
         for (int K = 2; K <= D + 2; K++)
             for (size_t i = 0; i < json_array_size(cases); i++) {
                 json_t *c = json_array_get(cases, i);
@@ -209,16 +211,21 @@ static void test_mtp_greedy_invariant_and_acceptance(void **state)
                 int P = ids_of(json_object_get(c, "prompt_ids"), p, MAXN);
                 int N = ids_of(json_object_get(c, "greedy_ids"), want, MAXN);
                 ink_gen_stats st;
-                int n = gen(s, p, P, d, K, mode ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH, N, out, &st, NULL);
+                if (mode == 2 && K == 2 && i == 0) {
+                    assert_int_equal(ink_drafter_load_vocab(d, DIR, 1024, &e), 0);
+                    assert_int_equal(d->n_vocab, 1024);
+                }
+                int n = gen(s, p, P, d, K, mode == 1 ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH, N, out, &st, NULL);
                 assert_int_equal(n, N);
                 if (memcmp(out, want, sizeof(int32_t) * (size_t)N))
                     fail_msg("mode %d K %d: speculative greedy output differs from plain greedy", mode, K);
                 acc[mode] += st.accepted, drafted[mode] += st.drafted;
             }
-    fprintf(stderr, "bundled: per-depth accepted %ld/%ld drafts, compat %ld/%ld\n", acc[0], drafted[0], acc[1],
-            drafted[1]);
+    fprintf(stderr, "bundled: per-depth accepted %ld/%ld drafts, compat %ld/%ld, per-depth with 1024 draft ids %ld/%ld\n",
+            acc[0], drafted[0], acc[1], drafted[1], acc[2], drafted[2]);
     /* a trained head: far above chance (1/4096 per draft) */
     assert_true(acc[0] * 10 > drafted[0]);
+    assert_true(acc[2] * 10 > drafted[2]);
     ink_session_free(s);
     ink_drafter_free(d);
     ink_model_free(m);

@@ -566,6 +566,181 @@ static void test_prefix_reuse_equals_fresh(void **state)
     ink_model_free(m);
 }
 
+/* ---- draft vocabulary ------------------------------------------------------------------- */
+
+static const unsigned char *dv_allowed;
+static int dv_bad, dv_rounds, dv_accepted;
+static void dv_round(void *ud, const ink_round *r)
+{
+    (void)ud;
+    dv_rounds++, dv_accepted += r->a;
+    for (int i = 0; i < r->n_drafts; i++) dv_bad += !dv_allowed[r->drafts[i]];
+}
+
+/* With a draft vocabulary every draft is in the set, and greedy output still equals plain greedy
+ * (K = 2..6, both modes, both rollback methods) on the fitted golden head, so rounds accept. */
+static void test_draft_vocab_keeps_greedy_output(void **state)
+{
+    (void)state;
+    ink_model *m = open_dir(MOE, 2);
+    assert_non_null(m);
+    ink_drafter *d = open_drafter(m, MOE);
+    assert_non_null(d);
+    int V = ink_model_n_vocab(m);
+    int32_t ids[4096];
+    unsigned char allowed[4096] = {0};
+    int n = 0;
+    for (int i = V - 1; i >= 0; i--) /* every id but each third one, in a scrambled order */
+        if (i % 3 != 1) ids[n++] = i, allowed[i] = 1;
+    ink_err e = {0};
+    assert_int_equal(ink_drafter_set_vocab(d, ids, n, &e), 0);
+    dv_allowed = allowed;
+    ink_session *s;
+    assert_int_equal(ink_session_create(&s, m, 256, &e), 0);
+    int32_t p[40], plain[40], spec[40];
+    prompt(p, 12, V, 5);
+    int np = gen(s, p, 12, NULL, 0, 0, 0, 0, 0, 40, 0, -1, plain, NULL);
+    assert_int_equal(np, 40);
+    for (int mode = 0; mode < 2; mode++)
+        for (int K = 2; K <= 6; K++)
+            for (int cc = 0; cc < 2; cc++) {
+                ink_gen_opts o = {0};
+                o.max_tokens = 40, o.drafter = d, o.block_size = K, o.mtp_mode = mode, o.capture_commit = cc;
+                o.on_round = dv_round;
+                int ns = 0;
+                dv_bad = dv_rounds = dv_accepted = 0;
+                assert_int_equal(ink_generate(s, p, 12, &o, spec, 40, &ns, NULL, &e), 0);
+                assert_int_equal(ns, 40);
+                assert_memory_equal(spec, plain, 40 * sizeof(int32_t));
+                assert_true(dv_rounds > 0);
+                assert_int_equal(dv_bad, 0);
+                if (K == 2) assert_true(dv_accepted > 0); /* the fitted head still lands drafts */
+            }
+    /* back to the whole vocabulary */
+    assert_int_equal(ink_drafter_set_vocab(d, NULL, 0, &e), 0);
+    ink_session_free(s);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
+/* Speculative sampling with a draft vocabulary (q = 0 outside it) is still lossless: chi-square
+ * against plain sampling, at a position the target often gives to tokens outside the set. */
+static void test_draft_vocab_sampling_is_lossless(void **state)
+{
+    (void)state;
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.vocab = 40, sp.vocab_unpadded = 32, sp.mtp_depth = 2, sp.n_mtp_local = 1, sp.mtp_file = 1, sp.wscale = 0.05f;
+    char dir[256];
+    ink_model *m = random_target(&sp, dir, sizeof dir);
+    assert_non_null(m);
+    ink_drafter *d = open_drafter(m, dir);
+    assert_non_null(d);
+    int32_t set[16];
+    for (int i = 0; i < 16; i++) set[i] = 2 * i; /* the even ids */
+    ink_err e = {0};
+    assert_int_equal(ink_drafter_set_vocab(d, set, 16, &e), 0);
+    ink_session *s;
+    assert_int_equal(ink_session_create(&s, m, 64, &e), 0);
+    int32_t p[6] = {1, 5, 9, 3, 7, 2}, out[4];
+    enum { RUNS = 3000, V = 32 };
+    int ca[V] = {0}, cb[V] = {0}, accepted = 0, odd = 0;
+    for (int r = 0; r < RUNS; r++) {
+        gen(s, p, 6, NULL, 0, 0, 0, 1.5f, 7000 + r, 2, 0, -1, out, NULL);
+        ca[out[1]]++;
+        ink_gen_stats st;
+        gen(s, p, 6, d, 3, r % 2, 1, 1.5f, 900000 + r, 2, 0, -1, out, &st);
+        cb[out[1]]++;
+        accepted += st.accepted, odd += out[1] % 2;
+    }
+    double chi = 0, pa = 0, pb = 0;
+    int df = -1;
+    for (int v = 0; v < V; v++) {
+        if (ca[v] + cb[v] < 10) {
+            pa += ca[v], pb += cb[v];
+            continue;
+        }
+        double ex = (ca[v] + cb[v]) / 2.0;
+        chi += (ca[v] - ex) * (ca[v] - ex) / ex + (cb[v] - ex) * (cb[v] - ex) / ex;
+        df++;
+    }
+    if (pa + pb >= 10) {
+        double ex = (pa + pb) / 2;
+        chi += (pa - ex) * (pa - ex) / ex + (pb - ex) * (pb - ex) / ex;
+        df++;
+    }
+    printf("  draft vocabulary of 16/32: chi2 %.2f with %d degrees of freedom, %d drafts accepted, %d odd tokens\n",
+           chi, df, accepted, odd);
+    assert_true(df >= 5);
+    assert_true(accepted > RUNS / 20);
+    assert_true(odd > RUNS / 10); /* tokens outside the set are still emitted (by the residual) */
+    assert_true(chi < 2.4 * df + 15);
+    ink_session_free(s);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
+/* Bad draft vocabularies are refused with the reason, and leave the drafter as it was. */
+static void test_draft_vocab_errors(void **state)
+{
+    (void)state;
+    ink_model *m = open_dir(MOE, 1);
+    assert_non_null(m);
+    ink_drafter *d = open_drafter(m, MOE);
+    assert_non_null(d);
+    int V = ink_model_n_vocab(m);
+    ink_err e = {0};
+    int32_t dup[3] = {1, 2, 1}, big[2] = {0, V}, neg[1] = {-1};
+    assert_int_equal(ink_drafter_set_vocab(d, dup, 3, &e), INK_E_INVAL);
+    assert_non_null(strstr(e.msg, "listed twice"));
+    e = (ink_err){0};
+    assert_int_equal(ink_drafter_set_vocab(d, big, 2, &e), INK_E_INVAL);
+    assert_non_null(strstr(e.msg, "outside the unpadded vocabulary"));
+    e = (ink_err){0};
+    assert_int_equal(ink_drafter_set_vocab(d, neg, 1, &e), INK_E_INVAL);
+    e = (ink_err){0};
+    assert_int_equal(ink_drafter_set_vocab(d, dup, V + 1, &e), INK_E_INVAL);
+    char dir[256], path[300];
+    assert_int_equal(tu_tmpdir(dir, sizeof dir, "dvocab"), 0);
+    e = (ink_err){0};
+    assert_int_equal(ink_drafter_load_vocab(d, dir, 4, &e), INK_E_IO); /* no file */
+    assert_non_null(strstr(e.msg, "draft_vocab.json"));
+    const char *bad[] = {"{\"ids\": [1, 2", "[1, 2, 3]", "{\"ids\": [1, \"x\", 3, 4]}", "{\"ids\": [1, 2]}",
+                         "{\"ids\": [1, 2, 2, 3]}", "{\"ids\": [1, 2, 3, 99999]}"};
+    int want[] = {INK_E_IO, INK_E_FORMAT, INK_E_FORMAT, INK_E_INVAL, INK_E_INVAL, INK_E_INVAL};
+    snprintf(path, sizeof path, "%s/draft_vocab.json", dir);
+    for (int i = 0; i < 6; i++) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(bad[i], f);
+        fclose(f);
+        e = (ink_err){0};
+        assert_int_equal(ink_drafter_load_vocab(d, dir, 4, &e), want[i]);
+        assert_non_null(strstr(e.msg, "draft_vocab.json"));
+        assert_int_equal(d->n_vocab, 0); /* unchanged */
+    }
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"ids\": [3, 1, 4, 5, 9]}", f);
+    fclose(f);
+    e = (ink_err){0};
+    assert_int_equal(ink_drafter_load_vocab(d, dir, 4, &e), 0);
+    assert_int_equal(d->n_vocab, 4);
+    /* draft logits: -inf outside the set, the full head's values inside */
+    int H = ink_model_n_embd(m);
+    float u[1024], full[4096], sub[4096], tmp[2048];
+    for (int i = 0; i < H; i++) u[i] = sinf(0.3f * (float)i);
+    ink_draft_logits(d, u, 1, sub, tmp);
+    assert_int_equal(ink_drafter_set_vocab(d, NULL, 0, &e), 0);
+    ink_draft_logits(d, u, 1, full, tmp);
+    for (int i = 0; i < V; i++) {
+        if (i == 3 || i == 1 || i == 4 || i == 5) assert_true(sub[i] == full[i]);
+        else assert_true(isinf(sub[i]) && sub[i] < 0);
+    }
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -579,6 +754,9 @@ int main(void)
         cmocka_unit_test(test_speculative_sampling_matches_plain),
         cmocka_unit_test(test_prefix_reuse_equals_fresh),
         cmocka_unit_test(test_long_prompt_drafts_equal_direct),
+        cmocka_unit_test(test_draft_vocab_keeps_greedy_output),
+        cmocka_unit_test(test_draft_vocab_sampling_is_lossless),
+        cmocka_unit_test(test_draft_vocab_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

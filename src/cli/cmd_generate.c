@@ -32,10 +32,10 @@ static void on_sigint(int sig)
 typedef struct gargs {
     const char *model, *ids, *prompt, *file, *system, *effort, *draft_kind, *draft_model, *mtp_mode;
     const char *stats_path, *trace_path;
-    long threads, n_ctx, n_gen, seed, top_k, block, last_n;
+    long threads, n_ctx, n_gen, seed, top_k, block, last_n, draft_vocab;
     double temp, top_p, min_p, rep, freq, pres;
-    int set_temp, set_top_k, set_top_p, set_min_p, set_rep, set_draft, set_block;
-    int raw, special, show_reasoning, stop_eos, capture;
+    int set_temp, set_top_k, set_top_p, set_min_p, set_rep, set_draft, set_block, set_dvocab;
+    int raw, special, show_reasoning, stop_eos, capture; /* capture: 1 capture-and-commit, 0 restore + replay */
 } gargs;
 
 static void defaults(gargs *a)
@@ -45,6 +45,7 @@ static void defaults(gargs *a)
     a->n_gen = -1, a->top_k = 40, a->last_n = 64;
     a->temp = 0.8, a->top_p = 0.95, a->min_p = 0.05, a->rep = 1.0;
     a->stop_eos = -1;
+    a->capture = 1;
 }
 
 static void usage(FILE *f, const char *cmd)
@@ -55,7 +56,7 @@ static void usage(FILE *f, const char *cmd)
             "  sampling: -n N  --temp T  --top-k K  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N\n"
             "            --frequency-penalty F  --presence-penalty P  --seed S  --stop-eos | --ignore-eos\n"
             "  drafting: --draft-kind none|mtp  --draft-model DIR  --draft-block-size K  --mtp-mode per-depth|compat\n"
-            "            --capture-commit  --stats-json FILE  --trace FILE\n"
+            "            --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
             "  model:    --threads N  -c N   (without -m: the bundled default model)\n",
             cmd);
 }
@@ -110,6 +111,14 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
             }
             a->mtp_mode = v;
         } else if (!strcmp(o, "--capture-commit")) a->capture = 1;
+        else if (!strcmp(o, "--rollback")) {
+            VAL();
+            if (strcmp(v, "commit") && strcmp(v, "replay")) {
+                fprintf(stderr, "inkling %s: --rollback must be commit or replay, found '%s'\n", cmd, v);
+                return 2;
+            }
+            a->capture = !strcmp(v, "commit");
+        } else if (!strcmp(o, "--draft-vocab")) { INT(a->draft_vocab, 0, 1L << 30); a->set_dvocab = 1; }
         else if (!strcmp(o, "--stats-json")) { VAL(); a->stats_path = v; }
         else if (!strcmp(o, "--trace")) { VAL(); a->trace_path = v; }
         else if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -127,8 +136,8 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
 }
 
 /* inkling.json of a model directory may name engine defaults the command line did not set:
- * {"draft_kind": "mtp", "draft_block_size": K} (the bundled model drafts by default because its
- * benchmark shows that it pays). */
+ * {"draft_kind": "mtp", "draft_block_size": K, "draft_vocab": N} (a model drafts by default only
+ * where its benchmark shows that it pays). */
 static void apply_inkling_json(gargs *a, const char *dir)
 {
     char p[4096];
@@ -142,6 +151,9 @@ static void apply_inkling_json(gargs *a, const char *dir)
     if (!a->set_block && json_is_integer(v = json_object_get(g, "draft_block_size")) && json_integer_value(v) >= 1 &&
         json_integer_value(v) <= 64)
         a->block = (long)json_integer_value(v);
+    if (!a->set_dvocab && json_is_integer(v = json_object_get(g, "draft_vocab")) && json_integer_value(v) >= 0 &&
+        json_integer_value(v) <= 1L << 30)
+        a->draft_vocab = (long)json_integer_value(v);
     json_decref(g);
 }
 
@@ -232,7 +244,7 @@ static void trace_round(void *ud, const ink_round *r)
     fprintf(f, "], \"bonus\": %d, \"bonus_emitted\": %s}\n", r->bonus, r->bonus_emitted ? "true" : "false");
 }
 
-static int write_stats(const char *path, const ink_gen_stats *st, const char *mode, int depth)
+static int write_stats(const char *path, const ink_gen_stats *st, const char *mode, int depth, long dvocab, int capture)
 {
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -255,12 +267,14 @@ static int write_stats(const char *path, const ink_gen_stats *st, const char *mo
                "  \"rollback_s\": %.6f,\n  \"block_size\": %d,\n  \"k_min\": %d,\n  \"k_max\": %d,\n"
                "  \"zero_accept_rounds\": %d,\n  \"partial_accept_rounds\": %d,\n  \"full_accept_rounds\": %d,\n"
                "  \"mtp_mode\": \"%s\",\n  \"mtp_depth\": %d,\n  \"reused_prompt_tokens\": %d,\n"
-               "  \"plain_equivalent_forwards\": %d,\n  \"target_forwards\": %d\n}\n",
+               "  \"plain_equivalent_forwards\": %d,\n  \"target_forwards\": %d,\n  \"draft_vocab\": %ld,\n"
+               "  \"rollback\": \"%s\"\n}\n",
             st->drafted ? (double)st->accepted / st->drafted : 0.0, st->prompt_tokens / fmax(st->prefill_s, 1e-9), dec,
             st->prefill_s, st->decode_s, st->draft_s, st->verify_s, st->rollback_s, st->k_requested, st->k_min,
             st->k_max, st->zero_accept, st->partial_accept, st->full_accept, mode, depth, st->reused_tokens,
             st->generated_tokens > 0 ? st->generated_tokens - 1 : 0,
-            st->generated_tokens > 0 ? st->generated_tokens - 1 - st->round_emitted + st->rounds : 0);
+            st->generated_tokens > 0 ? st->generated_tokens - 1 - st->round_emitted + st->rounds : 0, dvocab,
+            capture ? "commit" : "replay");
     return fclose(f) != 0;
 }
 
@@ -315,8 +329,9 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     if (isatty(2)) fprintf(stderr, "loading %s ...\r", r->dir);
     ink_model_opts mo = {(int)a->threads};
     if (ink_model_open(&r->m, r->dir, &mo, &r->e)) return cli_fail(&r->e);
-    if (!strcmp(a->draft_kind, "mtp") &&
-        ink_drafter_open(&r->d, r->m, a->draft_model ? ink_cli_model_dir(a->draft_model) : r->dir, &r->e))
+    const char *ddir = a->draft_model ? ink_cli_model_dir(a->draft_model) : r->dir;
+    if (!strcmp(a->draft_kind, "mtp") && ink_drafter_open(&r->d, r->m, ddir, &r->e)) return cli_fail(&r->e);
+    if (r->d && a->draft_vocab > 0 && ink_drafter_load_vocab(r->d, ddir, (int)a->draft_vocab, &r->e))
         return cli_fail(&r->e);
     long n_ctx = a->n_ctx, max_ctx = ink_model_get_info(r->m)->max_ctx;
     if (!n_ctx && n_ctx_hint > 4096) n_ctx = n_ctx_hint < max_ctx ? n_ctx_hint : max_ctx;
@@ -418,7 +433,8 @@ static int generate_once(run *r, const int32_t *ids, int n_ids, int text_mode, i
     if (!rc || grc == INK_E_CANCELLED) {
         if (grc == INK_E_CANCELLED) fprintf(stderr, "(interrupted)\n");
         print_timings(&st, r->d != NULL, a->mtp_mode);
-        if (a->stats_path && write_stats(a->stats_path, &st, r->d ? a->mtp_mode : "none", r->d ? ink_drafter_n_depth(r->d) : 0))
+        if (a->stats_path && write_stats(a->stats_path, &st, r->d ? a->mtp_mode : "none", r->d ? ink_drafter_n_depth(r->d) : 0,
+                                         r->d ? a->draft_vocab : 0, a->capture))
             rc = 1;
     }
     if (trace && fclose(trace)) rc = (fprintf(stderr, "inkling: %s: write failed\n", a->trace_path), 1);

@@ -30,6 +30,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: inkling serve [-m DIR|OWNER/NAME] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--alias NAME]\n"
             "         [-c N] [--threads N] [--draft-kind none|mtp] [--draft-model DIR] [--draft-block-size K]\n"
+            "         [--draft-vocab N] [--rollback commit|replay]\n"
             "         [--mtp-mode per-depth|compat] [--spec-default on|off] [-n N] [--temp T] [--top-k K]\n"
             "         [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--frequency-penalty F]\n"
             "         [--presence-penalty P] [--repeat-last-n N] [--reasoning-effort E] [--queue-size N]\n"
@@ -65,7 +66,7 @@ int cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *draft_model = NULL, *effort = NULL;
     const char *draft_kind = "none", *mtp_mode = "per-depth";
-    long port = 8080, threads = 0, n_ctx = 0, block = 0, queue = 8, max_conn = 64, timeout = 120, n_predict = -1;
+    long port = 8080, threads = 0, n_ctx = 0, block = 0, dvocab = 0, replay = 0, queue = 8, max_conn = 64, timeout = 120, n_predict = -1;
     long top_k = 40, seed = 0, last_n = 64, body_limit = 8L << 20;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, freq = 0.0, pres = 0.0, ping = 15;
     int seed_set = 0, quiet = 0, spec_default = 1, set = 0;
@@ -105,6 +106,15 @@ int cmd_serve(int argc, char **argv)
             VAL();
             draft_model = v;
         } else if (!strcmp(a, "--draft-block-size")) INT(1, INK_MAX_DEPTH + 1, block);
+        else if (!strcmp(a, "--draft-vocab")) INT(0, 1L << 30, dvocab);
+        else if (!strcmp(a, "--rollback")) {
+            VAL();
+            if (strcmp(v, "commit") && strcmp(v, "replay")) {
+                fprintf(stderr, "inkling serve: --rollback must be commit or replay, found '%s'\n", v);
+                return 2;
+            }
+            replay = !strcmp(v, "replay");
+        }
         else if (!strcmp(a, "--mtp-mode")) {
             VAL();
             if (strcmp(v, "per-depth") && strcmp(v, "compat")) {
@@ -188,6 +198,7 @@ int cmd_serve(int argc, char **argv)
     o.host = host, o.port = (int)port, o.api_key = api_key, o.model_dir = dir;
     o.model_id = alias ? alias : model;
     o.draft = !strcmp(draft_kind, "mtp"), o.draft_dir = draft_model, o.spec_default = spec_default;
+    o.draft_vocab = (int)dvocab, o.rollback_replay = (int)replay;
     o.block_size = (int)block, o.mtp_mode = !strcmp(mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
     o.n_threads = (int)threads, o.n_ctx = (int)n_ctx, o.queue_max = (int)queue, o.body_max = (size_t)body_limit;
     o.ping_s = ping, o.max_conn = (int)max_conn, o.timeout_s = (int)timeout, o.default_max_tokens = (int)n_predict;

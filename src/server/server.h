@@ -32,6 +32,8 @@ typedef struct ink_server_opts {
     int spec_default;       /* with a drafter: 1 = requests draft unless they say otherwise */
     int block_size;         /* default verify width K (<= 0: depth + 2) */
     int mtp_mode;           /* enum ink_mtp_mode */
+    int draft_vocab;        /* > 0: the drafter proposes only the first N ids of draft_vocab.json */
+    int rollback_replay;    /* 1: restore + replay after a rejection; 0: capture-and-commit (default) */
     int n_threads;          /* <= 0: all cores */
     int n_ctx;              /* <= 0: min(model_max_length, 4096) */
     int queue_max;          /* requests waiting behind the running one; < 0: 8 */

@@ -33,6 +33,9 @@ static void load(ink_server *S)
     if (S->o.log) fprintf(S->o.log, "serve: loading %s\n", S->model_dir);
     if (ink_model_open(&S->model, S->model_dir, &mo, &e)) goto fail;
     if (S->o.draft && ink_drafter_open(&S->drafter, S->model, S->draft_dir ? S->draft_dir : S->model_dir, &e)) goto fail;
+    if (S->drafter && S->o.draft_vocab > 0 &&
+        ink_drafter_load_vocab(S->drafter, S->draft_dir ? S->draft_dir : S->model_dir, S->o.draft_vocab, &e))
+        goto fail;
     if (ink_session_create(&S->sess, S->model, S->o.n_ctx, &e)) goto fail;
     snprintf(path, sizeof path, "%s/tokenizer.json", S->model_dir);
     if (access(path, F_OK) == 0) {
@@ -250,6 +253,7 @@ static void run_job(ink_server *S, srv_job *j)
     o.drafter = j->use_draft ? S->drafter : NULL;
     o.block_size = j->block_size;
     o.mtp_mode = j->mtp_mode;
+    o.capture_commit = !S->o.rollback_replay;
     o.reuse_prefix = 1;
     o.on_token = on_token;
     o.ud = &c;

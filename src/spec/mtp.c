@@ -1,6 +1,8 @@
 /* mtp.c — MTP drafter loading and block forward (see mtp.h; tensor names in mtp.md §4.1). */
 #include "spec/mtp.h"
 
+#include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@ void ink_drafter_free(ink_drafter *d)
     ink_scratch_free(&d->sc);
     free(d->in2);
     free(d->tmp);
+    free(d->vocab_ids), free(d->vocab_mem), free(d->vlog);
     if (d->dm) {
         d->dm->pool = NULL; /* borrowed from the target */
         ink_model_free(d->dm);
@@ -122,6 +125,10 @@ int ink_drafter_prepare(ink_drafter *d, int n_ctx, ink_err *err)
             return rc;
         if (!(p->conv_save = malloc(ink_layer_cache_conv_floats(&p->cache) * sizeof(float) + 1)))
             return ink_err_set(err, INK_E_NOMEM, "out of memory");
+        int S = d->dm->cfg.conv_k - 1; /* capture buffers: one chunk of raw conv inputs (ink_depth_commit) */
+        for (int i = 0; i < 4; i++)
+            if (!(p->cache.capt[i] = malloc((size_t)CHUNK * (S ? p->cache.conv_n[i] / S : 1) * sizeof(float) + 1)))
+                return ink_err_set(err, INK_E_NOMEM, "out of memory");
     }
     if ((rc = ink_scratch_init(&d->sc, d->dm, CHUNK, n_ctx, err))) return rc;
     d->in2 = malloc((size_t)CHUNK * 2 * H * sizeof(float));
@@ -160,6 +167,11 @@ void ink_depth_forward(ink_drafter *d, int m, const float *h, const int32_t *tok
     }
 }
 
+void ink_depth_commit(ink_drafter *d, int m, int n_keep)
+{
+    ink_layer_cache_commit(&d->d[m].cache, d->d[m].conv_save, n_keep, d->dm->cfg.conv_k);
+}
+
 void ink_draft_logits(const ink_drafter *d, const float *u, int final_norm, float *logits, float *tmp)
 {
     const ink_model *tm = d->target;
@@ -169,5 +181,104 @@ void ink_draft_logits(const ink_drafter *d, const float *u, int final_norm, floa
         ink_rmsnorm(tmp, u, tm->norm, H, tm->cfg.eps);
         x = tmp;
     }
-    ink_lm_head(tm, x, 1, logits, tmp + H);
+    if (!d->n_vocab) {
+        ink_lm_head(tm, x, 1, logits, tmp + H);
+        return;
+    }
+    float *xs = tmp + H;
+    for (int i = 0; i < H; i++) xs[i] = x[i] / tm->cfg.mup; /* as ink_lm_head */
+    ink_matmul(tm->pool, &d->vhead, xs, H, 1, d->vlog, d->n_vocab);
+    for (int i = 0; i < tm->cfg.vocab_unpadded; i++) logits[i] = -INFINITY;
+    for (int i = 0; i < d->n_vocab; i++) logits[d->vocab_ids[i]] = d->vlog[i];
+}
+
+/* bytes of one row of W's data, and of one row of its scales (0 for float views) */
+static size_t row_bytes(const ink_mat *W)
+{
+    if (W->dtype == INK_QT_AFFINE || W->dtype == INK_QT_NVFP4) return W->stride;
+    return W->stride * (W->dtype == INK_DT_F32 ? 4 : 2);
+}
+static size_t srow_bytes(const ink_mat *W)
+{
+    if (W->dtype != INK_QT_AFFINE && W->dtype != INK_QT_NVFP4) return 0;
+    return W->sstride * (W->sdtype == INK_DT_F32 ? 4 : W->sdtype == INK_DT_F8_E4M3 ? 1 : 2);
+}
+
+int ink_drafter_set_vocab(ink_drafter *d, const int32_t *ids, int n, ink_err *err)
+{
+    const ink_model *tm = d->target;
+    int Vu = tm->cfg.vocab_unpadded;
+    if (n < 0 || n > Vu) return ink_err_set(err, INK_E_INVAL, "draft vocabulary of %d tokens: expected 0..%d", n, Vu);
+    if (n == 0 || n == Vu) { /* the whole vocabulary */
+        free(d->vocab_ids), free(d->vocab_mem), free(d->vlog);
+        d->vocab_ids = NULL, d->vocab_mem = NULL, d->vlog = NULL, d->n_vocab = 0;
+        return INK_OK;
+    }
+    unsigned char *seen = calloc((size_t)Vu, 1);
+    if (!seen) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= Vu || seen[ids[i]]) {
+            int bad = ids[i];
+            free(seen);
+            return ink_err_set(err, INK_E_INVAL, "draft vocabulary entry %d: token id %d is %s", i, bad,
+                               bad < 0 || bad >= Vu ? "outside the unpadded vocabulary" : "listed twice");
+        }
+        seen[ids[i]] = 1;
+    }
+    free(seen);
+    const ink_mat *U = &tm->unembed;
+    size_t rb = row_bytes(U), sb = srow_bytes(U);
+    int32_t *vid = malloc((size_t)n * sizeof *vid);
+    uint8_t *mem = malloc((size_t)n * (rb + 2 * sb) + 64);
+    float *vl = malloc((size_t)n * sizeof *vl);
+    if (!vid || !mem || !vl) {
+        free(vid), free(mem), free(vl);
+        return ink_err_set(err, INK_E_NOMEM, "out of memory for a draft vocabulary of %d rows", n);
+    }
+    uint8_t *dat = mem, *sc = mem + (size_t)n * rb, *bi = sc + (size_t)n * sb;
+    for (int i = 0; i < n; i++) {
+        vid[i] = ids[i];
+        memcpy(dat + (size_t)i * rb, (const uint8_t *)U->data + (size_t)ids[i] * rb, rb);
+        if (sb) memcpy(sc + (size_t)i * sb, (const uint8_t *)U->scales + (size_t)ids[i] * sb, sb);
+        if (sb && U->biases) memcpy(bi + (size_t)i * sb, (const uint8_t *)U->biases + (size_t)ids[i] * sb, sb);
+    }
+    free(d->vocab_ids), free(d->vocab_mem), free(d->vlog);
+    d->vocab_ids = vid, d->vocab_mem = mem, d->vlog = vl, d->n_vocab = n;
+    d->vhead = *U;
+    d->vhead.rows = n, d->vhead.data = dat;
+    if (sb) d->vhead.scales = sc, d->vhead.biases = U->biases ? bi : NULL;
+    return INK_OK;
+}
+
+int ink_drafter_load_vocab(ink_drafter *d, const char *dir, int n, ink_err *err)
+{
+    if (n == 0) return ink_drafter_set_vocab(d, NULL, 0, err);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/draft_vocab.json", dir);
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *ids;
+    if (!root) return ink_err_set(err, INK_E_IO, "%s: %s (line %d)", path, je.text, je.line);
+    int rc = INK_OK;
+    if (!json_is_array(ids = json_object_get(root, "ids"))) {
+        rc = ink_err_set(err, INK_E_FORMAT, "%s: expected an object with an \"ids\" array of token ids", path);
+    } else if (n < 0 || (size_t)n > json_array_size(ids)) {
+        rc = ink_err_set(err, INK_E_INVAL, "%s: a draft vocabulary of %d tokens was asked for, the file ranks %zu", path,
+                         n, json_array_size(ids));
+    } else {
+        int32_t *v = malloc((size_t)n * sizeof *v + 1);
+        if (!v) rc = ink_err_set(err, INK_E_NOMEM, "out of memory");
+        for (int i = 0; v && i < n; i++) {
+            json_t *x = json_array_get(ids, (size_t)i);
+            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
+                rc = ink_err_set(err, INK_E_FORMAT, "%s: ids[%d] is not a token id", path, i);
+                break;
+            }
+            v[i] = (int32_t)json_integer_value(x);
+        }
+        ink_err e2 = {0};
+        if (v && !rc && (rc = ink_drafter_set_vocab(d, v, n, &e2))) ink_err_set(err, rc, "%s: %s", path, e2.msg);
+        free(v);
+    }
+    json_decref(root);
+    return rc;
 }

@@ -32,6 +32,12 @@ struct ink_drafter {
     ink_scratch sc;
     float *in2;                      /* [chunk][2H] */
     float *tmp;                      /* [chunk][H] */
+    /* draft vocabulary (ink_drafter_set_vocab): packed copy of n_vocab unembedding rows */
+    int n_vocab;                     /* 0: the whole unpadded vocabulary */
+    int32_t *vocab_ids;              /* [n_vocab] */
+    ink_mat vhead;                   /* views vocab_mem */
+    void *vocab_mem;
+    float *vlog;                     /* [n_vocab] */
 };
 
 /* Allocates the per-depth caches and scratch for a context of n_ctx (no-op if already done). */
@@ -43,8 +49,13 @@ void ink_drafter_reset(ink_drafter *d);
  * Any T: chunked internally. */
 void ink_depth_forward(ink_drafter *d, int m, const float *h, const int32_t *tok, int T, int pos0, int normed_embed,
                        float *out);
+/* After ink_layer_cache_save(&d->d[m].cache, d->d[m].conv_save) and one ink_depth_forward of at
+ * most 64 rows: makes depth m's conv states those of having fed only the first n_keep of the rows
+ * (the KV rows of the others are left to be overwritten). Never allocates. */
+void ink_depth_commit(ink_drafter *d, int m, int n_keep);
 /* Draft logits [Vu] of one block output u: (u / mu) . unembed^T; with final_norm the target's final norm
- * is applied first (Compat-X). tmp: [2][H]. */
+ * is applied first (Compat-X). With a draft vocabulary only its rows are computed and every other
+ * entry is -INFINITY. tmp: [2][H]. */
 void ink_draft_logits(const ink_drafter *d, const float *u, int final_norm, float *logits, float *tmp);
 
 #endif
