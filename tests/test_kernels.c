@@ -1,6 +1,8 @@
 /* test_kernels.c — every kernel set against the scalar reference twin on odd shapes, token counts
  * 1..20 and thread counts 1..3; per-row results independent of the number of rows and of the thread
- * count (bitwise, within one set); the packing vectors of formats.md §4.3; NVFP4 / E2M1 values. */
+ * count (bitwise, within one set); the packing vectors of formats.md §4.3; NVFP4 / E2M1 values; the
+ * attention tile kernel of every set against a double reference and per query bitwise the same in any
+ * tile; the exp polynomial against expf. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -228,11 +230,171 @@ static void test_nvfp4_values(void **state)
     assert_true(isnan(ink_e4m3_to_f32(0x7F)));
 }
 
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* exp polynomial: within 2 ulp of expf on [-87, 0] (the softmax range), exact at 0, 0 below the
+ * normal range, NaN kept; the SIMD evaluations too. */
+static void test_exp_poly(void **state)
+{
+    (void)state;
+    enum { N = 200003 };
+    float *x = malloc(N * 4), *y = malloc(N * 4);
+    for (int i = 0; i < N; i++) x[i] = -87.0f * (float)i / (float)(N - 1);
+    x[N - 1] = -87.0f, x[N - 2] = -1e-30f, x[N - 3] = -0x1p-24f, x[N - 4] = -0.5f;
+    for (int v = 0; v < 3; v++) {
+#if defined(__x86_64__)
+        if (v == 1 && !ink_kernels_avx2()) continue;
+        if (v == 2 && !ink_kernels_avx512()) continue;
+        if (v == 1) ink_avx2_expv(x, y, N);
+        if (v == 2) ink_avx512_expv(x, y, N);
+#else
+        if (v) continue;
+#endif
+        if (v == 0)
+            for (int i = 0; i < N; i++) y[i] = ink_exp_poly(x[i]);
+        uint32_t worst = 0;
+        for (int i = 0; i < N; i++) {
+            uint32_t a = fbits(y[i]), b = fbits(expf(x[i])), u = a > b ? a - b : b - a;
+            if (u > worst) worst = u;
+        }
+        if (worst > 2) fail_msg("exp evaluation %d: %u ulp from expf", v, worst);
+        float sp[5] = {0.0f, -100.0f, -INFINITY, NAN, -87.5f}, so[5];
+        if (v == 0)
+            for (int i = 0; i < 5; i++) so[i] = ink_exp_poly(sp[i]);
+#if defined(__x86_64__)
+        if (v == 1) ink_avx2_expv(sp, so, 5);
+        if (v == 2) ink_avx512_expv(sp, so, 5);
+#endif
+        assert_true(so[0] == 1.0f && so[1] == 0.0f && so[2] == 0.0f && isnan(so[3]) && so[4] == 0.0f);
+    }
+    free(x), free(y);
+}
+
+typedef struct attn_case {
+    int d, R, dr, cap, npos; /* head dim, relative extent, d_rel, ring rows, positions 0 .. npos-1 */
+    float qscale;            /* spread of the scores */
+} attn_case;
+
+/* Double-precision attention of one query (the formula of kernels.h). */
+static void attn_ref(const attn_case *c, const float *K, const float *V, const float *rel, const float *q,
+                     const float *rs, float tau, int lo, int hi, double *o)
+{
+    int n = hi - lo + 1;
+    double *sc = malloc((size_t)n * sizeof(double)), mx = -1e300, sum = 0;
+    for (int j = lo; j <= hi; j++) {
+        const float *k = K + (size_t)(j % c->cap) * c->d;
+        double dot = 0, lr = 0;
+        for (int i = 0; i < c->d; i++) dot += (double)tau * q[i] * k[i];
+        int delta = hi - j;
+        if (delta < c->R)
+            for (int r = 0; r < c->dr; r++) lr += (double)rs[r] * rel[(size_t)r * c->R + delta];
+        sc[j - lo] = dot / c->d + tau * lr;
+        if (sc[j - lo] > mx) mx = sc[j - lo];
+    }
+    for (int j = 0; j < n; j++) sum += (sc[j] = exp(sc[j] - mx));
+    for (int i = 0; i < c->d; i++) o[i] = 0;
+    for (int j = lo; j <= hi; j++) {
+        const float *v = V + (size_t)(j % c->cap) * c->d;
+        for (int i = 0; i < c->d; i++) o[i] += sc[j - lo] / sum * v[i];
+    }
+    free(sc);
+}
+
+/* Every set against the double reference, and per query bitwise the same whatever tile it is in:
+ * alone, in the full tile of 32, or among a random handful (other windows, other positions). */
+static void check_attn(const attn_case *c)
+{
+    enum { NQ = INK_ATTN_MAXQ };
+    int d = c->d;
+    float *K = malloc((size_t)c->cap * d * 4), *V = malloc((size_t)c->cap * d * 4);
+    float *rel = malloc((size_t)(c->dr ? c->dr : 1) * c->R * 4), *Q = malloc((size_t)NQ * d * 4);
+    float *RS = malloc((size_t)NQ * (c->dr ? c->dr : 1) * 4), tau[NQ];
+    float *O = malloc((size_t)NQ * d * 4), *O1 = malloc((size_t)NQ * d * 4);
+    int lo[NQ], hi[NQ];
+    for (int i = 0; i < c->cap * d; i++) K[i] = frand(), V[i] = frand();
+    for (int i = 0; i < c->dr * c->R; i++) rel[i] = frand();
+    for (int i = 0; i < NQ * d; i++) Q[i] = c->qscale * frand();
+    for (int i = 0; i < NQ * c->dr; i++) RS[i] = frand();
+    /* windows inside the ring: lo > hi - cap; some whole-range, some short, rows 4 apart sharing one */
+    for (int i = 0; i < NQ; i++) {
+        uint64_t z = (rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33;
+        hi[i] = c->npos - 1 - (int)(z % 9);
+        int span = i % 4 == 0 ? hi[i] + 1 : 1 + (int)((z >> 8) % (uint64_t)(hi[i] + 1));
+        if (span > c->cap) span = c->cap;
+        lo[i] = hi[i] - span + 1;
+        tau[i] = i % 3 ? 1.0f : 1.0f + 0.1f * (float)(i % 5);
+    }
+    size_t wsn = ink_attn_ws_floats(d, c->R, c->npos);
+    float *ws = aligned_alloc(64, (wsn * 4 + 63) & ~(size_t)63);
+    const ink_kernels *sets[4] = {ink_kernels_scalar(), ink_kernels_avx2(), ink_kernels_avx512(), ink_kernels_neon()};
+    double *ref = malloc((size_t)d * sizeof(double));
+    for (int si = 0; si < 4; si++) {
+        if (!sets[si]) continue;
+        ink_attn a;
+        memset(&a, 0, sizeof a);
+        a.d = d, a.k = K, a.v = V, a.ld = (size_t)d, a.cap = c->cap, a.rel = c->dr ? rel : NULL, a.dr = c->dr, a.R = c->R;
+        a.ws = ws, a.nq = NQ;
+        for (int i = 0; i < NQ; i++) {
+            a.q[i] = Q + (size_t)i * d, a.rs[i] = RS + (size_t)i * c->dr, a.o[i] = O + (size_t)i * d;
+            a.tau[i] = tau[i], a.lo[i] = lo[i], a.hi[i] = hi[i];
+        }
+        sets[si]->attn(&a);
+        for (int i = 0; i < NQ; i++) {
+            attn_ref(c, K, V, rel, Q + (size_t)i * d, RS + (size_t)i * c->dr, tau[i], lo[i], hi[i], ref);
+            for (int e = 0; e < d; e++)
+                if (!(fabs(O[(size_t)i * d + e] - ref[e]) <= 2e-6))
+                    fail_msg("%s d %d R %d cap %d: query %d (%d..%d) o[%d] %g ref %g", sets[si]->name, d, c->R, c->cap, i,
+                             lo[i], hi[i], e, O[(size_t)i * d + e], ref[e]);
+        }
+        /* the same queries alone and in random subsets, in random order */
+        for (int trial = 0; trial < 40; trial++) {
+            int n = trial < NQ ? 1 : 1 + (int)(((rng = rng * 6364136223846793005ull + 1) >> 33) % NQ), pick[NQ];
+            for (int i = 0; i < n; i++) pick[i] = trial < NQ ? trial : (int)(((rng = rng * 6364136223846793005ull + 1) >> 33) % NQ);
+            ink_attn b = a;
+            b.nq = n;
+            for (int i = 0; i < n; i++) {
+                int p = pick[i];
+                b.q[i] = a.q[p], b.rs[i] = a.rs[p], b.tau[i] = tau[p], b.lo[i] = lo[p], b.hi[i] = hi[p];
+                b.o[i] = O1 + (size_t)i * d;
+            }
+            sets[si]->attn(&b);
+            for (int i = 0; i < n; i++)
+                if (memcmp(O1 + (size_t)i * d, O + (size_t)pick[i] * d, (size_t)d * 4))
+                    fail_msg("%s d %d: query %d in a tile of %d differs from the tile of %d", sets[si]->name, d, pick[i], n, NQ);
+        }
+    }
+    free(K), free(V), free(rel), free(Q), free(RS), free(O), free(O1), free(ws), free(ref);
+}
+
+static void test_attn_sets(void **state)
+{
+    (void)state;
+    const attn_case cases[] = {
+        {16, 16, 4, 40, 37, 1.0f},     /* tiny model shapes; no wrap */
+        {64, 128, 16, 300, 700, 4.0f}, /* bundled-model global layer; the ring wraps */
+        {64, 64, 16, 71, 200, 4.0f},   /* sliding: window 64 + 7 rows of slack */
+        {128, 64, 16, 600, 600, 8.0f}, /* wide head, scores spread past exp's range */
+        {24, 10, 3, 50, 90, 2.0f},     /* d % 16 == 8: the AVX2 path in the AVX-512 set */
+        {20, 7, 0, 33, 33, 1.0f},      /* d % 8 != 0 (scalar everywhere), no relative bank */
+        {8, 5, 2, 17, 40, 1.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attn(&cases[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_packing_vectors), cmocka_unit_test(test_nvfp4_values), cmocka_unit_test(test_float_sets),
         cmocka_unit_test(test_affine_sets),    cmocka_unit_test(test_int8_path),    cmocka_unit_test(test_nvfp4_sets),
+        cmocka_unit_test(test_exp_poly),       cmocka_unit_test(test_attn_sets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,7 @@
 #include "load/safetensors.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline))
@@ -439,7 +440,292 @@ static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y
     }
 }
 
-static const ink_kernels avx2_set = {"avx2", avx2_rows};
+/* ---- attention ------------------------------------------------------------------------------
+ * One tile (kernels.h), the AVX-512 scheme at 8 lanes: scores key-vectorised (16 keys transposed to
+ * kt[c][16], 8x8 at a time; up to 8 queries x 8 keys or 4 x 16 per register tile, one FMA chain over
+ * c per (query, key)), softmax in 8 lanes, P.V over keys in ascending order with up to 2 queries x
+ * 32 dims of accumulators per pass. */
+
+AI __m256 exp8(__m256 x)
+{
+    __m256 xc = _mm256_min_ps(_mm256_set1_ps(INK_EXP_HI), x); /* NaN stays NaN */
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(INK_EXP_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(INK_EXP_C1), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(INK_EXP_C2), r);
+    __m256 z = _mm256_mul_ps(r, r), y = _mm256_set1_ps(INK_EXP_P0);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(INK_EXP_P1));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(INK_EXP_P2));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(INK_EXP_P3));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(INK_EXP_P4));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(INK_EXP_P5));
+    y = _mm256_fmadd_ps(y, z, r);
+    y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(INK_EXP_LO), _CMP_LT_OQ), y);
+}
+
+static const int32_t lane_tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+/* integer mask of the first m lanes (0 <= m <= 8) */
+AI __m256i lanes8(int m) { return _mm256_loadu_si256((const __m256i *)(lane_tab + 8 - (m < 0 ? 0 : m > 8 ? 8 : m))); }
+
+void ink_avx2_expv(const float *x, float *y, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
+    if (i < n) _mm256_maskstore_ps(y + i, lanes8(n - i), exp8(_mm256_maskload_ps(x + i, lanes8(n - i))));
+}
+
+/* r[i][l] -> r[l][i] for an 8x8 block (24 shuffles) */
+AI void tr8(__m256 *r)
+{
+    __m256 t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int b = 0; b < 2; b++) {
+        u[4 * b] = _mm256_shuffle_ps(t[4 * b], t[4 * b + 2], 0x44);
+        u[4 * b + 1] = _mm256_shuffle_ps(t[4 * b], t[4 * b + 2], 0xee);
+        u[4 * b + 2] = _mm256_shuffle_ps(t[4 * b + 1], t[4 * b + 3], 0x44);
+        u[4 * b + 3] = _mm256_shuffle_ps(t[4 * b + 1], t[4 * b + 3], 0xee);
+    }
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) {
+        r[e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x20);
+        r[4 + e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x31);
+    }
+}
+
+/* s[q][x0 + 8b + l] = (sum_c qt[q][c] * kt[c][8b + l]) / d, c in order, for l < nb - 8b */
+AI void sc_tile(const float *qt, int dp, const float *kt, int d, float *s, int ls, int x0, int nb, const int NQ,
+                const int KB)
+{
+    __m256 acc[8][2];
+#pragma GCC unroll 8
+    for (int q = 0; q < NQ; q++) acc[q][0] = acc[q][1] = _mm256_setzero_ps();
+    for (int c = 0; c < d; c++) {
+        __m256 k0 = _mm256_loadu_ps(kt + (size_t)c * 16), k1 = KB > 1 ? _mm256_loadu_ps(kt + (size_t)c * 16 + 8) : k0;
+#pragma GCC unroll 8
+        for (int q = 0; q < NQ; q++) {
+            __m256 qb = _mm256_broadcast_ss(qt + (size_t)q * dp + c);
+            acc[q][0] = _mm256_fmadd_ps(qb, k0, acc[q][0]);
+            if (KB > 1) acc[q][1] = _mm256_fmadd_ps(qb, k1, acc[q][1]);
+        }
+    }
+    __m256 dv = _mm256_set1_ps((float)d);
+#pragma GCC unroll 8
+    for (int q = 0; q < NQ; q++)
+#pragma GCC unroll 2
+        for (int b = 0; b < KB; b++) {
+            float *p = s + (size_t)q * ls + x0 + 8 * b;
+            __m256 y = _mm256_div_ps(acc[q][b], dv);
+            if (nb >= 8 * b + 8) _mm256_storeu_ps(p, y);
+            else if (nb > 8 * b) _mm256_maskstore_ps(p, lanes8(nb - 8 * b), y);
+        }
+}
+
+#define SC_CASE(N, KB_)                                                                                            \
+    case N: sc_tile(qt, dp, kt, d, s, ls, x0, nb, N, KB_); break;
+static void sc1(int nq, const float *qt, int dp, const float *kt, int d, float *s, int ls, int x0, int nb)
+{
+    switch (nq) {
+        SC_CASE(1, 1) SC_CASE(2, 1) SC_CASE(3, 1) SC_CASE(4, 1) SC_CASE(5, 1) SC_CASE(6, 1) SC_CASE(7, 1)
+    default: sc_tile(qt, dp, kt, d, s, ls, x0, nb, 8, 1); break;
+    }
+}
+static void sc2(int nq, const float *qt, int dp, const float *kt, int d, float *s, int ls, int x0, int nb)
+{
+    switch (nq) {
+        SC_CASE(1, 2) SC_CASE(2, 2) SC_CASE(3, 2)
+    default: sc_tile(qt, dp, kt, d, s, ls, x0, nb, 4, 2); break;
+    }
+}
+
+static void scores8(const ink_attn *a, const ink_attn_lay *w)
+{
+    int d = a->d, nq = a->nq, cap = a->cap, slot = w->L % cap;
+    float *kt = w->kt;
+    for (int jb = w->L; jb <= w->P; jb += 16) {
+        int nb = w->P - jb + 1 < 16 ? w->P - jb + 1 : 16;
+        const float *rows[16];
+        for (int l = 0; l < nb; l++) {
+            rows[l] = a->k + (size_t)slot * a->ld;
+            slot = slot + 1 == cap ? 0 : slot + 1;
+        }
+        for (int h = 0; h < 2; h++) {
+            if (8 * h >= nb) {
+                for (int c = 0; c < d; c++) _mm256_storeu_ps(kt + (size_t)c * 16 + 8 * h, _mm256_setzero_ps());
+                continue;
+            }
+            for (int c0 = 0; c0 < d; c0 += 8) {
+                __m256 r[8];
+#pragma GCC unroll 8
+                for (int l = 0; l < 8; l++)
+                    r[l] = 8 * h + l < nb ? _mm256_loadu_ps(rows[8 * h + l] + c0) : _mm256_setzero_ps();
+                tr8(r);
+#pragma GCC unroll 8
+                for (int m = 0; m < 8; m++) _mm256_storeu_ps(kt + (size_t)(c0 + m) * 16 + 8 * h, r[m]);
+            }
+        }
+        int x0 = jb - w->L;
+        for (int i = 0; i < nq;) {
+            int g = nq - i;
+            const float *qt = w->qt + (size_t)i * w->dp;
+            float *s = w->s + (size_t)i * w->ls;
+            if (g > 4) {
+                g = g < 8 ? g : 8;
+                sc1(g, qt, w->dp, kt, d, s, w->ls, x0, nb);
+                if (nb > 8) sc1(g, qt, w->dp, kt + 8, d, s, w->ls, x0 + 8, nb - 8);
+            } else
+                sc2(g, qt, w->dp, kt, d, s, w->ls, x0, nb);
+            i += g;
+        }
+    }
+}
+
+/* Relative logits, softmax of si[0 .. n) in place; returns 1 / sum (8 lanes by (j - lo) % 8). */
+static float softmax8(const ink_attn *a, int i, float *si, const float *lrel)
+{
+    int n = a->hi[i] - a->lo[i] + 1, nrel = n < a->R ? n : a->R;
+    const __m256i rev = _mm256_set_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 tv = _mm256_set1_ps(a->tau[i]);
+    for (int e0 = 0; e0 < nrel; e0 += 8) {
+        int m = nrel - e0 < 8 ? nrel - e0 : 8;
+        /* lane l: distance e0 + 7 - l, position n - 8 - e0 + l (the layout keeps p inside ws) */
+        __m256 b = _mm256_permutevar8x32_ps(_mm256_mul_ps(tv, _mm256_maskload_ps(lrel + e0, lanes8(m))), rev);
+        __m256i vm = _mm256_xor_si256(lanes8(8 - m), _mm256_set1_epi32(-1));
+        float *p = si + (n - 8 - e0);
+        _mm256_maskstore_ps(p, vm, _mm256_add_ps(_mm256_maskload_ps(p, vm), b));
+    }
+    __m256 mv = _mm256_set1_ps(-INFINITY), ninf = mv;
+    for (int m = 0; m < n; m += 8) {
+        __m256i k = lanes8(n - m);
+        __m256 x = _mm256_blendv_ps(ninf, _mm256_maskload_ps(si + m, k), _mm256_castsi256_ps(k));
+        mv = _mm256_max_ps(mv, x);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    __m256 mx = _mm256_set1_ps(_mm_cvtss_f32(m4)), acc = _mm256_setzero_ps();
+    int m = 0;
+    for (; m + 8 <= n; m += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(si + m), mx));
+        _mm256_storeu_ps(si + m, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    if (m < n) {
+        __m256i k = lanes8(n - m);
+        __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(si + m, k), mx)), _mm256_castsi256_ps(k));
+        _mm256_maskstore_ps(si + m, k, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    return 1.0f / hsum8(acc);
+}
+
+/* o[i0 + q][c0 .. c0 + 8 ND) = inv * sum_j w[q][j] v_j, j ascending over each query's window (keys
+ * outside a query's window are skipped for that query). */
+AI void pv_tile(const ink_attn *a, const ink_attn_lay *w, int i0, int c0, const float *inv, const int NQ,
+                const int ND)
+{
+    int lo[2], hi[2], Lg = a->lo[i0], Pg = a->hi[i0], C0 = a->lo[i0], C1 = a->hi[i0];
+    const float *wt[2];
+#pragma GCC unroll 2
+    for (int q = 0; q < NQ; q++) {
+        lo[q] = a->lo[i0 + q], hi[q] = a->hi[i0 + q];
+        wt[q] = w->s + (size_t)(i0 + q) * w->ls;
+        Lg = lo[q] < Lg ? lo[q] : Lg, Pg = hi[q] > Pg ? hi[q] : Pg;
+        C0 = lo[q] > C0 ? lo[q] : C0, C1 = hi[q] < C1 ? hi[q] : C1;
+    }
+    int jm0 = C0 <= C1 ? C0 : Pg + 1, jm1 = C0 <= C1 ? C1 : Pg, cap = a->cap, slot = Lg % cap, L = w->L;
+    __m256 acc[2][4];
+#pragma GCC unroll 2
+    for (int q = 0; q < NQ; q++)
+#pragma GCC unroll 4
+        for (int c = 0; c < ND; c++) acc[q][c] = _mm256_setzero_ps();
+    const float *vb = a->v + c0;
+    int j = Lg;
+#define PV_STEP(MASKED)                                                                                            \
+    {                                                                                                              \
+        const float *vr = vb + (size_t)slot * a->ld;                                                               \
+        __m256 vv[4];                                                                                              \
+        _Pragma("GCC unroll 4") for (int c = 0; c < ND; c++) vv[c] = _mm256_loadu_ps(vr + 8 * c);                  \
+        _Pragma("GCC unroll 2") for (int q = 0; q < NQ; q++)                                                       \
+        {                                                                                                          \
+            if (!MASKED || (j >= lo[q] && j <= hi[q])) {                                                           \
+                __m256 b = _mm256_broadcast_ss(wt[q] + (j - L));                                                   \
+                _Pragma("GCC unroll 4") for (int c = 0; c < ND; c++) acc[q][c] = _mm256_fmadd_ps(b, vv[c], acc[q][c]); \
+            }                                                                                                      \
+        }                                                                                                          \
+        slot = slot + 1 == cap ? 0 : slot + 1;                                                                     \
+    }
+    for (; j < jm0; j++) PV_STEP(1)
+    for (; j <= jm1; j++) PV_STEP(0)
+    for (; j <= Pg; j++) PV_STEP(1)
+#undef PV_STEP
+#pragma GCC unroll 2
+    for (int q = 0; q < NQ; q++) {
+        __m256 iv = _mm256_set1_ps(inv[i0 + q]);
+#pragma GCC unroll 4
+        for (int c = 0; c < ND; c++) _mm256_storeu_ps(a->o[i0 + q] + c0 + 8 * c, _mm256_mul_ps(acc[q][c], iv));
+    }
+}
+
+#define PV_ND(NQ_)                                                                                                 \
+    switch (nd) {                                                                                                  \
+    case 1: pv_tile(a, w, i0, c0, inv, NQ_, 1); break;                                                             \
+    case 2: pv_tile(a, w, i0, c0, inv, NQ_, 2); break;                                                             \
+    case 3: pv_tile(a, w, i0, c0, inv, NQ_, 3); break;                                                             \
+    default: pv_tile(a, w, i0, c0, inv, NQ_, 4); break;                                                            \
+    }
+static void pv8(const ink_attn *a, const ink_attn_lay *w, const float *inv)
+{
+    int nv = a->d / 8;
+    for (int i0 = 0; i0 < a->nq; i0 += 2) {
+        int nq = a->nq - i0 < 2 ? a->nq - i0 : 2;
+        for (int cv = 0; cv < nv; cv += 4) {
+            int nd = nv - cv < 4 ? nv - cv : 4, c0 = 8 * cv;
+            if (nq == 1) PV_ND(1)
+            else PV_ND(2)
+        }
+    }
+}
+
+static void avx2_attn(const ink_attn *a)
+{
+    if (a->d % 8) {
+        ink_kernels_scalar()->attn(a);
+        return;
+    }
+    ink_attn_lay w = ink_attn_layout(a);
+    int d = a->d;
+    for (int i = 0; i < a->nq; i++) {
+        __m256 tv = _mm256_set1_ps(a->tau[i]);
+        float *qt = w.qt + (size_t)i * w.dp;
+        for (int c = 0; c < d; c += 8) _mm256_storeu_ps(qt + c, _mm256_mul_ps(tv, _mm256_loadu_ps(a->q[i] + c)));
+        int n = a->hi[i] - a->lo[i] + 1, nrel = n < a->R ? n : a->R;
+        float *lrel = w.lrel + (size_t)i * w.Rp;
+        for (int e0 = 0; e0 < nrel; e0 += 8) {
+            __m256i m = lanes8(nrel - e0);
+            __m256 acc = _mm256_setzero_ps();
+            for (int r = 0; r < a->dr; r++)
+                acc = _mm256_fmadd_ps(_mm256_broadcast_ss(a->rs[i] + r),
+                                      _mm256_maskload_ps(a->rel + (size_t)r * a->R + e0, m), acc);
+            _mm256_maskstore_ps(lrel + e0, m, acc);
+        }
+    }
+    scores8(a, &w);
+    float inv[INK_ATTN_MAXQ];
+    for (int i = 0; i < a->nq; i++)
+        inv[i] = softmax8(a, i, w.s + (size_t)i * w.ls + (a->lo[i] - w.L), w.lrel + (size_t)i * w.Rp);
+    pv8(a, &w, inv);
+}
+
+static const ink_kernels avx2_set = {"avx2", avx2_rows, avx2_attn};
 
 const ink_kernels *ink_kernels_avx2_raw(void) { return &avx2_set; }
 

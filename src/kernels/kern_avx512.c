@@ -541,7 +541,303 @@ static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y
     }
 }
 
-static const ink_kernels avx512_set = {"avx512", avx512_rows};
+/* ---- attention ------------------------------------------------------------------------------
+ * One tile (kernels.h): scores key-vectorised (32 keys transposed to kt[c][32] in registers, 16x16
+ * at a time, then one FMA chain over c per (query, key) with the query element broadcast, up to 8
+ * queries x 16 keys or 4 x 32 per register tile), softmax in 16 lanes, P.V over keys in ascending
+ * order with up to 6 queries x 64 dims of accumulators per pass (V row chunks loaded once per group). */
+
+AI __m512 exp16(__m512 x)
+{
+    __m512 xc = _mm512_min_ps(_mm512_set1_ps(INK_EXP_HI), x); /* NaN stays NaN */
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(INK_EXP_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(INK_EXP_C1), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(INK_EXP_C2), r);
+    __m512 z = _mm512_mul_ps(r, r), y = _mm512_set1_ps(INK_EXP_P0);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(INK_EXP_P1));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(INK_EXP_P2));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(INK_EXP_P3));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(INK_EXP_P4));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(INK_EXP_P5));
+    y = _mm512_fmadd_ps(y, z, r);
+    y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_set1_ps(INK_EXP_LO), _CMP_LT_OQ), _mm512_setzero_ps());
+}
+
+void ink_avx512_expv(const float *x, float *y, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, exp16(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+AI __mmask16 lanes16(int m) { return (__mmask16)(m >= 16 ? 0xffff : m <= 0 ? 0 : (1u << m) - 1); }
+
+/* r[i][l] -> r[l][i] for a 16x16 block (64 shuffles) */
+AI void tr16(__m512 *r)
+{
+    __m512 t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < 4; b++) {
+        __m512d a0 = _mm512_castps_pd(t[4 * b]), a1 = _mm512_castps_pd(t[4 * b + 1]);
+        __m512d a2 = _mm512_castps_pd(t[4 * b + 2]), a3 = _mm512_castps_pd(t[4 * b + 3]);
+        u[4 * b] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));     /* rows 4b..4b+3, dim 4L   */
+        u[4 * b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2)); /*                dim 4L+1 */
+        u[4 * b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3)); /*                dim 4L+2 */
+        u[4 * b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3)); /*                dim 4L+3 */
+    }
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88), v1 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xdd);
+        __m512 v2 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88);
+        __m512 v3 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xdd);
+        r[e] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+        r[8 + e] = _mm512_shuffle_f32x4(v0, v2, 0xdd);
+        r[4 + e] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        r[12 + e] = _mm512_shuffle_f32x4(v1, v3, 0xdd);
+    }
+}
+
+/* s[q][x0 + 16b + l] = (sum_c qt[q][c] * kt[c][16b + l]) / d, c in order, for l < nb - 16b */
+AI void sc_tile(const float *qt, int dp, const float *kt, int d, float *s, int ls, int x0, int nb, const int NQ,
+                const int KB)
+{
+    __m512 acc[8][2];
+#pragma GCC unroll 8
+    for (int q = 0; q < NQ; q++) acc[q][0] = acc[q][1] = _mm512_setzero_ps();
+    for (int c = 0; c < d; c++) {
+        __m512 k0 = _mm512_loadu_ps(kt + (size_t)c * 32), k1 = KB > 1 ? _mm512_loadu_ps(kt + (size_t)c * 32 + 16) : k0;
+#pragma GCC unroll 8
+        for (int q = 0; q < NQ; q++) {
+            __m512 qb = _mm512_set1_ps(qt[(size_t)q * dp + c]);
+            acc[q][0] = _mm512_fmadd_ps(qb, k0, acc[q][0]);
+            if (KB > 1) acc[q][1] = _mm512_fmadd_ps(qb, k1, acc[q][1]);
+        }
+    }
+    __m512 dv = _mm512_set1_ps((float)d);
+#pragma GCC unroll 8
+    for (int q = 0; q < NQ; q++)
+#pragma GCC unroll 2
+        for (int b = 0; b < KB; b++)
+            if (nb > 16 * b)
+                _mm512_mask_storeu_ps(s + (size_t)q * ls + x0 + 16 * b, lanes16(nb - 16 * b),
+                                      _mm512_div_ps(acc[q][b], dv));
+}
+
+#define SC_CASE(N, KB_)                                                                                            \
+    case N: sc_tile(qt, dp, kt, d, s, ls, x0, nb, N, KB_); break;
+static void sc1(int nq, const float *qt, int dp, const float *kt, int d, float *s, int ls, int x0, int nb)
+{
+    switch (nq) {
+        SC_CASE(1, 1) SC_CASE(2, 1) SC_CASE(3, 1) SC_CASE(4, 1) SC_CASE(5, 1) SC_CASE(6, 1) SC_CASE(7, 1)
+    default: sc_tile(qt, dp, kt, d, s, ls, x0, nb, 8, 1); break;
+    }
+}
+static void sc2(int nq, const float *qt, int dp, const float *kt, int d, float *s, int ls, int x0, int nb)
+{
+    switch (nq) {
+        SC_CASE(1, 2) SC_CASE(2, 2) SC_CASE(3, 2)
+    default: sc_tile(qt, dp, kt, d, s, ls, x0, nb, 4, 2); break;
+    }
+}
+
+static void scores16(const ink_attn *a, const ink_attn_lay *w)
+{
+    int d = a->d, nq = a->nq, cap = a->cap, slot = w->L % cap;
+    float *kt = w->kt;
+    for (int jb = w->L; jb <= w->P; jb += 32) {
+        int nb = w->P - jb + 1 < 32 ? w->P - jb + 1 : 32;
+        const float *rows[32];
+        for (int l = 0; l < nb; l++) {
+            rows[l] = a->k + (size_t)slot * a->ld;
+            slot = slot + 1 == cap ? 0 : slot + 1;
+        }
+        for (int h = 0; h < 2; h++) {
+            if (16 * h >= nb) {
+                for (int c = 0; c < d; c++) _mm512_storeu_ps(kt + (size_t)c * 32 + 16 * h, _mm512_setzero_ps());
+                continue;
+            }
+            for (int c0 = 0; c0 < d; c0 += 16) {
+                __m512 r[16];
+#pragma GCC unroll 16
+                for (int l = 0; l < 16; l++)
+                    r[l] = 16 * h + l < nb ? _mm512_loadu_ps(rows[16 * h + l] + c0) : _mm512_setzero_ps();
+                tr16(r);
+#pragma GCC unroll 16
+                for (int m = 0; m < 16; m++) _mm512_storeu_ps(kt + (size_t)(c0 + m) * 32 + 16 * h, r[m]);
+            }
+        }
+        int x0 = jb - w->L;
+        for (int i = 0; i < nq;) {
+            int g = nq - i;
+            const float *qt = w->qt + (size_t)i * w->dp;
+            float *s = w->s + (size_t)i * w->ls;
+            if (g > 4) {
+                g = g < 8 ? g : 8;
+                sc1(g, qt, w->dp, kt, d, s, w->ls, x0, nb);
+                if (nb > 16) sc1(g, qt, w->dp, kt + 16, d, s, w->ls, x0 + 16, nb - 16);
+            } else
+                sc2(g, qt, w->dp, kt, d, s, w->ls, x0, nb);
+            i += g;
+        }
+    }
+}
+
+/* Relative logits, softmax of si[0 .. n) in place; returns 1 / sum (16 lanes by (j - lo) % 16). */
+static float softmax16(const ink_attn *a, int i, float *si, const float *lrel)
+{
+    int n = a->hi[i] - a->lo[i] + 1, nrel = n < a->R ? n : a->R;
+    const __m512i rev = _mm512_set_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 tv = _mm512_set1_ps(a->tau[i]);
+    for (int e0 = 0; e0 < nrel; e0 += 16) {
+        int m = nrel - e0 < 16 ? nrel - e0 : 16;
+        /* lane l: distance e0 + 15 - l, position n - 16 - e0 + l (the layout keeps p inside ws) */
+        __m512 b = _mm512_permutexvar_ps(rev, _mm512_mul_ps(tv, _mm512_maskz_loadu_ps(lanes16(m), lrel + e0)));
+        __mmask16 vm = (__mmask16)(0xffffu & ~((1u << (16 - m)) - 1));
+        float *p = si + (n - 16 - e0);
+        _mm512_mask_storeu_ps(p, vm, _mm512_add_ps(_mm512_maskz_loadu_ps(vm, p), b));
+    }
+    __m512 mv = _mm512_set1_ps(-INFINITY);
+    for (int m = 0; m < n; m += 16) {
+        __mmask16 k = lanes16(n - m);
+        mv = _mm512_mask_max_ps(mv, k, mv, _mm512_maskz_loadu_ps(k, si + m));
+    }
+    __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(mv)), acc = _mm512_setzero_ps();
+    int m = 0;
+    for (; m + 16 <= n; m += 16) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(si + m), mx));
+        _mm512_storeu_ps(si + m, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (m < n) {
+        __mmask16 k = lanes16(n - m);
+        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, si + m), mx));
+        _mm512_mask_storeu_ps(si + m, k, e);
+        acc = _mm512_mask_add_ps(acc, k, acc, e);
+    }
+    return 1.0f / hsum16(acc);
+}
+
+/* o[i0 + q][c0 .. c0 + 16 ND) = inv * sum_j w[q][j] v_j, j ascending over each query's window; keys in
+ * every window of the group take the unmasked step, the others a masked FMA (the query's accumulator
+ * is left untouched where the key is outside its window). */
+AI void pv_tile(const ink_attn *a, const ink_attn_lay *w, int i0, int c0, const float *inv, const int NQ,
+                const int ND)
+{
+    int lo[6], hi[6], Lg = a->lo[i0], Pg = a->hi[i0], C0 = a->lo[i0], C1 = a->hi[i0];
+    const float *wt[6];
+#pragma GCC unroll 6
+    for (int q = 0; q < NQ; q++) {
+        lo[q] = a->lo[i0 + q], hi[q] = a->hi[i0 + q];
+        wt[q] = w->s + (size_t)(i0 + q) * w->ls;
+        Lg = lo[q] < Lg ? lo[q] : Lg, Pg = hi[q] > Pg ? hi[q] : Pg;
+        C0 = lo[q] > C0 ? lo[q] : C0, C1 = hi[q] < C1 ? hi[q] : C1;
+    }
+    int jm0 = C0 <= C1 ? C0 : Pg + 1, jm1 = C0 <= C1 ? C1 : Pg, cap = a->cap, slot = Lg % cap, L = w->L;
+    __m512 acc[6][4];
+#pragma GCC unroll 6
+    for (int q = 0; q < NQ; q++)
+#pragma GCC unroll 4
+        for (int c = 0; c < ND; c++) acc[q][c] = _mm512_setzero_ps();
+    const float *vb = a->v + c0;
+    int j = Lg;
+#define PV_STEP(MASKED)                                                                                            \
+    {                                                                                                              \
+        const float *vr = vb + (size_t)slot * a->ld;                                                               \
+        __m512 vv[4];                                                                                              \
+        _Pragma("GCC unroll 4") for (int c = 0; c < ND; c++) vv[c] = _mm512_loadu_ps(vr + 16 * c);                 \
+        _Pragma("GCC unroll 6") for (int q = 0; q < NQ; q++)                                                       \
+        {                                                                                                          \
+            __m512 b = _mm512_set1_ps(wt[q][j - L]);                                                               \
+            if (MASKED) {                                                                                          \
+                __mmask16 k = (__mmask16)(j >= lo[q] && j <= hi[q] ? 0xffff : 0);                                  \
+                _Pragma("GCC unroll 4") for (int c = 0; c < ND; c++) acc[q][c] =                                   \
+                    _mm512_mask3_fmadd_ps(b, vv[c], acc[q][c], k);                                                 \
+            } else                                                                                                 \
+                _Pragma("GCC unroll 4") for (int c = 0; c < ND; c++) acc[q][c] = _mm512_fmadd_ps(b, vv[c], acc[q][c]); \
+        }                                                                                                          \
+        slot = slot + 1 == cap ? 0 : slot + 1;                                                                     \
+    }
+    for (; j < jm0; j++) PV_STEP(1)
+    for (; j <= jm1; j++) PV_STEP(0)
+    for (; j <= Pg; j++) PV_STEP(1)
+#undef PV_STEP
+#pragma GCC unroll 6
+    for (int q = 0; q < NQ; q++) {
+        __m512 iv = _mm512_set1_ps(inv[i0 + q]);
+#pragma GCC unroll 4
+        for (int c = 0; c < ND; c++) _mm512_storeu_ps(a->o[i0 + q] + c0 + 16 * c, _mm512_mul_ps(acc[q][c], iv));
+    }
+}
+
+#define PV_ND(NQ_)                                                                                                 \
+    switch (nd) {                                                                                                  \
+    case 1: pv_tile(a, w, i0, c0, inv, NQ_, 1); break;                                                             \
+    case 2: pv_tile(a, w, i0, c0, inv, NQ_, 2); break;                                                             \
+    case 3: pv_tile(a, w, i0, c0, inv, NQ_, 3); break;                                                             \
+    default: pv_tile(a, w, i0, c0, inv, NQ_, 4); break;                                                            \
+    }
+static void pv16(const ink_attn *a, const ink_attn_lay *w, const float *inv)
+{
+    int nv = a->d / 16;
+    for (int i0 = 0; i0 < a->nq; i0 += 6) {
+        int nq = a->nq - i0 < 6 ? a->nq - i0 : 6;
+        for (int cv = 0; cv < nv; cv += 4) {
+            int nd = nv - cv < 4 ? nv - cv : 4, c0 = 16 * cv;
+            switch (nq) {
+            case 1: PV_ND(1) break;
+            case 2: PV_ND(2) break;
+            case 3: PV_ND(3) break;
+            case 4: PV_ND(4) break;
+            case 5: PV_ND(5) break;
+            default: PV_ND(6) break;
+            }
+        }
+    }
+}
+
+static void avx512_attn(const ink_attn *a)
+{
+    if (a->d % 16) { /* the AVX2 set takes d % 8 == 0, else the scalar set */
+        ink_kernels_avx2_raw()->attn(a);
+        return;
+    }
+    ink_attn_lay w = ink_attn_layout(a);
+    int d = a->d;
+    for (int i = 0; i < a->nq; i++) {
+        __m512 tv = _mm512_set1_ps(a->tau[i]);
+        float *qt = w.qt + (size_t)i * w.dp;
+        for (int c = 0; c < d; c += 16) _mm512_storeu_ps(qt + c, _mm512_mul_ps(tv, _mm512_loadu_ps(a->q[i] + c)));
+        int n = a->hi[i] - a->lo[i] + 1, nrel = n < a->R ? n : a->R;
+        float *lrel = w.lrel + (size_t)i * w.Rp;
+        for (int e0 = 0; e0 < nrel; e0 += 16) {
+            __mmask16 m = lanes16(nrel - e0);
+            __m512 acc = _mm512_setzero_ps();
+            for (int r = 0; r < a->dr; r++)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(a->rs[i][r]),
+                                      _mm512_maskz_loadu_ps(m, a->rel + (size_t)r * a->R + e0), acc);
+            _mm512_mask_storeu_ps(lrel + e0, m, acc);
+        }
+    }
+    scores16(a, &w);
+    float inv[INK_ATTN_MAXQ];
+    for (int i = 0; i < a->nq; i++)
+        inv[i] = softmax16(a, i, w.s + (size_t)i * w.ls + (a->lo[i] - w.L), w.lrel + (size_t)i * w.Rp);
+    pv16(a, &w, inv);
+}
+
+static const ink_kernels avx512_set = {"avx512", avx512_rows, avx512_attn};
 
 const ink_kernels *ink_kernels_avx512_raw(void) { return &avx512_set; }
 

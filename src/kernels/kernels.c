@@ -208,7 +208,99 @@ static void scalar_rows(const ink_mat *W, const float *x, int ldx, int T, float 
     }
 }
 
-static const ink_kernels scalar_set = {"scalar", scalar_rows};
+/* ---- attention (the scalar set; see kernels.h for the contract) --------------------------- */
+
+size_t ink_attn_ws_floats(int d, int R, int n_keys)
+{
+    size_t dp = (size_t)ink_round16(d), Rp = (size_t)ink_round16(R) + 16;
+    return INK_ATTN_MAXQ * (dp + Rp + (size_t)ink_round16(n_keys)) + 32 * dp + 16;
+}
+
+float ink_exp_poly(float x) { return ink_exp_scalar(x); }
+
+/* Relative logits of query i by distance, lrel[e] for e < min(hi - lo + 1, R): r in order. */
+static void scalar_rel(const ink_attn *a, int i, float *lrel)
+{
+    int n = a->hi[i] - a->lo[i] + 1, nrel = n < a->R ? n : a->R;
+    for (int e = 0; e < nrel; e++) lrel[e] = 0.0f;
+    for (int r = 0; r < a->dr; r++) {
+        const float *P = a->rel + (size_t)r * a->R;
+        float coef = a->rs[i][r];
+        for (int e = 0; e < nrel; e++) lrel[e] += coef * P[e];
+    }
+}
+
+/* Softmax of query i's scores si[0 .. n) in place (relative logits added first); returns 1 / sum.
+ * Sum in 8 lanes by (j - lo) % 8, combined as ink_lanes_sum. */
+static float scalar_softmax(const ink_attn *a, int i, float *si, const float *lrel)
+{
+    int n = a->hi[i] - a->lo[i] + 1, nrel = n < a->R ? n : a->R;
+    float tau = a->tau[i];
+    for (int e = 0; e < nrel; e++) si[n - 1 - e] += tau * lrel[e];
+    float mx = si[0];
+    for (int m = 1; m < n; m++) mx = si[m] > mx ? si[m] : mx;
+    float lane[8] = {0};
+    int m = 0;
+    for (; m + 8 <= n; m += 8)
+        for (int l = 0; l < 8; l++) {
+            float e = ink_exp_scalar(si[m + l] - mx);
+            si[m + l] = e;
+            lane[l] += e;
+        }
+    for (int l = 0; m + l < n; l++) {
+        float e = ink_exp_scalar(si[m + l] - mx);
+        si[m + l] = e;
+        lane[l] += e;
+    }
+    return 1.0f / ink_lanes_sum(lane);
+}
+
+static void scalar_attn(const ink_attn *a)
+{
+    ink_attn_lay w = ink_attn_layout(a);
+    int d = a->d, nq = a->nq, cap = a->cap;
+    float div = (float)d;
+    for (int i = 0; i < nq; i++) {
+        float *qt = w.qt + (size_t)i * w.dp;
+        for (int c = 0; c < d; c++) qt[c] = a->tau[i] * a->q[i][c];
+        scalar_rel(a, i, w.lrel + (size_t)i * w.Rp);
+    }
+    /* scores: blocks of 8 keys transposed to kt[c][8]; one chain over c per (query, key) */
+    int slot = w.L % cap;
+    for (int jb = w.L; jb <= w.P; jb += 8) {
+        int nb = w.P - jb + 1 < 8 ? w.P - jb + 1 : 8;
+        for (int l = 0; l < 8; l++) {
+            const float *row = a->k + (size_t)slot * a->ld;
+            for (int c = 0; c < d; c++) w.kt[c * 8 + l] = l < nb ? row[c] : 0.0f;
+            if (l < nb) slot = slot + 1 == cap ? 0 : slot + 1;
+        }
+        for (int i = 0; i < nq; i++) {
+            const float *qt = w.qt + (size_t)i * w.dp;
+            float acc[8] = {0};
+            for (int c = 0; c < d; c++)
+                for (int l = 0; l < 8; l++) acc[l] += qt[c] * w.kt[c * 8 + l];
+            float *si = w.s + (size_t)i * w.ls + (jb - w.L);
+            for (int l = 0; l < nb; l++) si[l] = acc[l] / div;
+        }
+    }
+    /* softmax, then P.V in ascending key order */
+    for (int i = 0; i < nq; i++) {
+        float *si = w.s + (size_t)i * w.ls + (a->lo[i] - w.L);
+        float inv = scalar_softmax(a, i, si, w.lrel + (size_t)i * w.Rp);
+        float *o = a->o[i];
+        for (int c = 0; c < d; c++) o[c] = 0.0f;
+        int sl = a->lo[i] % cap;
+        for (int j = a->lo[i]; j <= a->hi[i]; j++) {
+            const float *v = a->v + (size_t)sl * a->ld;
+            float p = si[j - a->lo[i]];
+            for (int c = 0; c < d; c++) o[c] += p * v[c];
+            sl = sl + 1 == cap ? 0 : sl + 1;
+        }
+        for (int c = 0; c < d; c++) o[c] *= inv;
+    }
+}
+
+static const ink_kernels scalar_set = {"scalar", scalar_rows, scalar_attn};
 
 const ink_kernels *ink_kernels_scalar(void) { return &scalar_set; }
 

@@ -59,10 +59,52 @@ typedef struct ink_mat {
 /* Bytes of weight data a full pass over W reads (codes + scales + biases). */
 size_t ink_mat_bytes(const ink_mat *W);
 
-/* A kernel set. rows() computes y[t][o] for t < T, r0 <= o < r1 on the calling thread. */
+/* Attention over one tile: nq query rows that read the same K/V head (inkling-text.md §3.5).
+ * Query i attends to keys at absolute positions lo[i] .. hi[i] (inclusive; hi[i] is its own
+ * position); the key / value of position j is the d floats at k / v + (j % cap) * ld. Its scores are
+ *   s_j = dot(tau[i] * q[i], k_j) / (float)d + (delta < R ? tau[i] * lrel[delta] : 0),
+ *   delta = hi[i] - j, lrel[e] = sum_r rs[i][r] * rel[r * R + e] (r = 0 .. dr-1 in order),
+ * and o[i] = softmax(s) . V. `ws` is scratch of at least ink_attn_ws_floats(d, R, hi - lo + 1 over
+ * the tile) floats (any alignment).
+ *
+ * Exactness: each output element is computed by a sequence of float operations that depends only
+ * on its own query (q, rs, tau, lo, hi), the keys / values it attends to and the set, never on the
+ * other queries of the tile, nq or how the caller split the work: the dot product runs over d in
+ * order (one chain), the max is exact, the exponentials are elementwise, the sum of weights runs in
+ * lanes over j - lo[i] and is combined in a fixed order, and P.V accumulates keys in ascending
+ * position (an FMA chain per element in the SIMD sets). Each K row is read once per tile and used by
+ * every query of the tile (a key block transposed once, then register-blocked over queries); each V
+ * row chunk is loaded once per group of queries (6 for AVX-512, 2 for AVX2) and used by all of the
+ * group that see it. Keys outside a query's window never enter its max, sum or P.V. Sets differ by
+ * rounding only; the AVX-512 set takes d % 16 == 0 (else the AVX2 path), AVX2 d % 8 == 0 (else the
+ * scalar one). */
+#define INK_ATTN_MAXQ 32 /* queries per tile */
+
+typedef struct ink_attn {
+    int nq, d;                          /* queries (1 .. INK_ATTN_MAXQ), head dim */
+    const float *q[INK_ATTN_MAXQ];      /* [d] each */
+    const float *rs[INK_ATTN_MAXQ];     /* [dr] relative-logit coefficients (unused when dr == 0) */
+    float *o[INK_ATTN_MAXQ];            /* [d] each: output */
+    float tau[INK_ATTN_MAXQ];           /* logit temperature (1 when not log-scaled) */
+    int lo[INK_ATTN_MAXQ], hi[INK_ATTN_MAXQ];
+    const float *k, *v;                 /* position j at k / v + (j % cap) * ld */
+    size_t ld;
+    int cap;
+    const float *rel;                   /* [dr][R] relative-position bank (NULL when dr == 0) */
+    int dr, R;
+    float *ws;                          /* scratch (see ink_attn_ws_floats) */
+} ink_attn;
+
+/* Scratch floats one tile needs: head dim d, relative extent R, up to n_keys keys in the union of
+ * the tile's windows. */
+size_t ink_attn_ws_floats(int d, int R, int n_keys);
+
+/* A kernel set. rows() computes y[t][o] for t < T, r0 <= o < r1 on the calling thread; attn() one
+ * attention tile on the calling thread. */
 typedef struct ink_kernels {
     const char *name; /* "scalar", "avx2", "avx512", "neon" */
     void (*rows)(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1, int int8);
+    void (*attn)(const ink_attn *a);
 } ink_kernels;
 
 const ink_kernels *ink_kernels_scalar(void);
@@ -101,6 +143,11 @@ void ink_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
  * w: [C][K]; state: [K-1][C] (raw inputs, oldest first), updated; u: [T][C] input, y: [T][C]
  * output (y may alias u); ext: scratch of (K-1+T)*C floats. */
 void ink_sconv(const float *w, float *state, const float *u, float *y, int T, int C, int K, float *ext);
+
+/* exp(x) for x <= 88 by the attention kernels' polynomial (Cody-Waite reduction, degree-6
+ * polynomial; within 2 ulp of expf, 0 below -87.33 where expf is subnormal). Every set evaluates the
+ * same polynomial (the SIMD sets with FMA), so sets differ by rounding only. */
+float ink_exp_poly(float x);
 
 static inline float ink_sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 float ink_logsigmoid(float z);
