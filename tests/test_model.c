@@ -102,6 +102,44 @@ static void test_decode_equals_prefill_shapes(void **state)
     }
 }
 
+/* A row evaluated inside a multi-row forward gives bitwise the logits of the same row decoded alone,
+ * for every forward width 1..9 (verify widths) and 64+ (a prefill chunk), on 1 and 3 threads, with
+ * GQA ratios 1, 2 and 4 and windows short enough that rows of one forward see different key ranges;
+ * with every kernel set the CPU has. */
+static void test_rows_bitwise(void **state)
+{
+    (void)state;
+    struct { int nh, nkv, swa_nkv, window; } cases[] = {{4, 2, 1, 8}, {4, 4, 2, 5}, {8, 2, 2, 12}};
+    const ink_kernels *sets[3] = {ink_kernels_scalar(), ink_kernels_avx2(), ink_kernels_avx512()};
+    for (size_t c = 0; c < 3 * sizeof cases / sizeof cases[0]; c++) {
+        if (!sets[c / 3]) continue;
+        ink_kernels_select(sets[c / 3]);
+        tiny_spec sp;
+        tiny_default(&sp);
+        sp.n_head = sp.swa_n_head = cases[c % 3].nh, sp.n_kv = cases[c % 3].nkv, sp.swa_n_kv = cases[c % 3].swa_nkv;
+        sp.window = cases[c % 3].window, sp.seed = 300 + c % 3;
+        for (int thr = 1; thr <= 3; thr += 2) {
+            char dir[256];
+            ink_model *m = open_spec(&sp, thr, dir, sizeof dir);
+            assert_non_null(m);
+            int V = ink_model_n_vocab(m), P = 23, N = 75;
+            int32_t ids[128];
+            prompt(ids, P + N, V, 40 + c % 3);
+            int one = 1;
+            float *dec = chunked_logits(m, ids, P + N, &one, 1);
+            int sizes[] = {P, 2, 3, 1, 9, 4, 5, 8, 6, 7, 66};
+            float *ch = chunked_logits(m, ids, P + N, sizes, 11);
+            for (int t = 0; t < P + N; t++)
+                if (memcmp(dec + (size_t)t * V, ch + (size_t)t * V, (size_t)V * 4))
+                    fail_msg("%s case %zu threads %d: row %d differs between decode and multi-row forwards",
+                             sets[c / 3]->name, c % 3, thr, t);
+            free(dec), free(ch);
+            ink_model_free(m);
+        }
+    }
+    ink_kernels_select(NULL);
+}
+
 /* Chunked prefill at irregular split points (1, 2 < K-1, chunks straddling the window edge, 64+
  * chunks that split internally) == one prefill. */
 static void test_chunked_prefill(void **state)
@@ -340,6 +378,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_equals_prefill_shapes),
         cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_rows_bitwise),
         cmocka_unit_test(test_snapshot_restore_bitwise),
         cmocka_unit_test(test_threads_bitwise),
         cmocka_unit_test(test_layouts_equivalent),

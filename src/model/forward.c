@@ -1,8 +1,10 @@
 /* forward.c — the Inkling decoder layer, embedding and LM head in f32 (inkling-text.md §3).
  *
- * Fixed summation orders (results never depend on the thread count):
- *   attention: keys in ascending position; MoE: per token, routed experts in ascending expert id,
- *   then shared experts in id order, each contribution weighted after its down projection. */
+ * Fixed summation orders (results never depend on the thread count or the number of rows):
+ *   attention: per query, the kernel set's order (kernels.h: q.k in d order, weights summed in lanes
+ *   over key offsets, P.V keys in ascending position), whatever tile the query lands in;
+ *   MoE: per token, routed experts in ascending expert id, then shared experts in id order, each
+ *   contribution weighted after its down projection. */
 #include "model/model.h"
 
 #include <float.h>
@@ -11,6 +13,8 @@
 #include <string.h>
 
 static int imax(int a, int b) { return a > b ? a : b; }
+
+#define ATTN_MAX_ROWS 8 /* rows per attention tile (sliding layers: the key union is W + 7 for W per row) */
 
 int ink_layer_kv_cap(const ink_layer_cfg *l, int n_ctx, int chunk)
 {
@@ -88,6 +92,14 @@ size_t ink_layer_cache_bytes(const ink_layer_cache *c)
     return ((size_t)2 * c->cap * c->kvw + (size_t)c->conv_n[0] * 2 + (size_t)c->conv_n[2] * 2) * sizeof(float);
 }
 
+/* Attention scratch of one thread: one tile of the widest layer over the longest key union
+ * (n_ctx keys plus a chunk's rows), 16-float aligned so every thread's part stays 64-byte aligned. */
+static size_t attn_ws(const ink_config *c, int chunk, int n_ctx)
+{
+    size_t n = ink_attn_ws_floats(imax(c->head_dim, c->swa_head_dim), imax(c->rel_extent, c->window), n_ctx + chunk);
+    return (n + 15) & ~(size_t)15;
+}
+
 int ink_scratch_init(ink_scratch *s, const ink_model *m, int chunk, int n_ctx, ink_err *err)
 {
     memset(s, 0, sizeof *s);
@@ -96,8 +108,8 @@ int ink_scratch_init(ink_scratch *s, const ink_model *m, int chunk, int n_ctx, i
     int kw = imax(c->n_kv * c->head_dim, c->swa_n_kv * c->swa_head_dim);
     int rw = imax(c->n_head, c->swa_n_head) * c->d_rel;
     int H = c->hidden, inter = imax(c->dense_inter, c->expert_inter);
-    int R = imax(c->rel_extent, c->window);
     s->chunk = chunk, s->n_ctx = n_ctx, s->n_threads = ink_pool_size(m->pool);
+    s->attn_ws = attn_ws(c, chunk, n_ctx);
     size_t sz[13] = {
         (size_t)chunk * H,                             /* a */
         (size_t)chunk * qw,                            /* q */
@@ -110,7 +122,7 @@ int ink_scratch_init(ink_scratch *s, const ink_model *m, int chunk, int n_ctx, i
         (size_t)chunk * inter,                         /* ffn */
         (size_t)chunk * inter,                         /* ffn2 */
         (size_t)chunk * (c->n_expert + c->n_shared + 1), /* router logits */
-        (size_t)s->n_threads * (n_ctx + chunk + R),    /* scores + rel row, per thread */
+        (size_t)s->n_threads * attn_ws(c, chunk, n_ctx), /* attention tile scratch, per thread */
         (size_t)chunk * H * 2,                         /* moe gather + down output */
     };
     size_t total = 0;
@@ -156,72 +168,46 @@ typedef struct attn_ctx {
     const ink_layer_w *w;
     const ink_layer_cache *c;
     const ink_scratch *s;
+    const ink_kernels *k;
     int pos0, T;
+    int nr, n_rt;   /* rows per tile, row tiles */
+    int gs, n_hs;   /* heads (of one KV group) per tile, head splits */
+    int n_tiles;    /* n_kv * n_rt * n_hs */
 } attn_ctx;
 
-/* q . k over one head with 8 partial sums in a fixed order (vectorises; thread- and batch-independent). */
-static float dot8(const float *a, const float *b, int n)
-{
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
+/* Tiles of query rows that share one KV head: rows t0 .. t0+nr-1 x heads kh*g + h0 .. h0+gs-1. The
+ * tiling only decides which queries share a K/V pass: each output element is the same whatever it is
+ * (kernels.h), so it may follow the thread count. */
 static void attn_task(void *arg, int ith, int nth)
 {
     attn_ctx *a = arg;
     const ink_layer_cfg *l = &a->w->cfg;
     const ink_config *cfg = &a->m->cfg;
-    int nh = l->n_head, d = l->head_dim, g = nh / l->n_kv, R = l->rel_extent, dr = cfg->d_rel;
-    int kvw = a->c->kvw, cap = a->c->cap;
-    float *scores = a->s->scores + (size_t)ith * (a->s->n_ctx + a->s->chunk + imax(cfg->rel_extent, cfg->window));
-    float *lrel = scores + a->s->n_ctx + a->s->chunk;
-    int n_pairs = a->T * nh;
-    int p0 = (int)((long long)n_pairs * ith / nth), p1 = (int)((long long)n_pairs * (ith + 1) / nth);
-    float qt[4096];
-    for (int pi = p0; pi < p1; pi++) {
-        int t = pi / nh, h = pi % nh, kh = h / g;
-        int p = a->pos0 + t;
-        int lo = imax(a->c->start, l->sliding ? p - l->window + 1 : 0);
-        float tau = l->log_scale ? ink_tau(p, cfg->log_floor, cfg->log_alpha) : 1.0f;
-        const float *q = a->s->q + (size_t)t * nh * d + (size_t)h * d;
-        for (int i = 0; i < d; i++) qt[i] = tau * q[i];
-        /* relative logits for distances 0 .. min(R, p-lo+1)-1 */
-        int nrel = p - lo + 1 < R ? p - lo + 1 : R;
-        const float *rs = a->s->r + (size_t)t * nh * dr + (size_t)h * dr;
-        for (int e = 0; e < nrel; e++) lrel[e] = 0.0f;
-        for (int r = 0; r < dr; r++) {
-            const float *P = a->w->at.rel + (size_t)r * R;
-            float coef = rs[r];
-            for (int e = 0; e < nrel; e++) lrel[e] += coef * P[e];
+    int nh = l->n_head, d = l->head_dim, g = nh / l->n_kv, dr = cfg->d_rel;
+    int i0 = (int)((long long)a->n_tiles * ith / nth), i1 = (int)((long long)a->n_tiles * (ith + 1) / nth);
+    ink_attn t;
+    t.d = d, t.ld = (size_t)a->c->kvw, t.cap = a->c->cap;
+    t.rel = a->w->at.rel, t.dr = dr, t.R = l->rel_extent;
+    t.ws = a->s->scores + (size_t)ith * a->s->attn_ws;
+    for (int ti = i0; ti < i1; ti++) {
+        int kh = ti / (a->n_rt * a->n_hs), rt = ti / a->n_hs % a->n_rt, hs = ti % a->n_hs;
+        int t0 = rt * a->nr, t1 = t0 + a->nr < a->T ? t0 + a->nr : a->T;
+        int h0 = kh * g + hs * a->gs, h1 = h0 + a->gs < (kh + 1) * g ? h0 + a->gs : (kh + 1) * g;
+        t.k = a->c->k + (size_t)kh * d, t.v = a->c->v + (size_t)kh * d;
+        t.nq = 0;
+        for (int r = t0; r < t1; r++) {
+            int p = a->pos0 + r;
+            int lo = imax(a->c->start, l->sliding ? p - l->window + 1 : 0);
+            float tau = l->log_scale ? ink_tau(p, cfg->log_floor, cfg->log_alpha) : 1.0f;
+            for (int h = h0; h < h1; h++) {
+                int i = t.nq++;
+                t.q[i] = a->s->q + ((size_t)r * nh + h) * d;
+                t.o[i] = a->s->o + ((size_t)r * nh + h) * d;
+                t.rs[i] = a->s->r + ((size_t)r * nh + h) * dr;
+                t.tau[i] = tau, t.lo[i] = lo, t.hi[i] = p;
+            }
         }
-        float mx = -FLT_MAX;
-        for (int j = lo; j <= p; j++) {
-            const float *k = a->c->k + (size_t)(j % cap) * kvw + (size_t)kh * d;
-            float dot = dot8(qt, k, d);
-            int delta = p - j;
-            float sc = dot / (float)d + (delta < R ? tau * lrel[delta] : 0.0f);
-            scores[j - lo] = sc;
-            if (sc > mx) mx = sc;
-        }
-        float sum = 0.0f;
-        for (int j = lo; j <= p; j++) {
-            float e = expf(scores[j - lo] - mx);
-            scores[j - lo] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-        float *o = a->s->o + (size_t)t * nh * d + (size_t)h * d;
-        for (int i = 0; i < d; i++) o[i] = 0.0f;
-        for (int j = lo; j <= p; j++) {
-            const float *v = a->c->v + (size_t)(j % cap) * kvw + (size_t)kh * d;
-            float pr = scores[j - lo] * inv;
-            for (int i = 0; i < d; i++) o[i] += pr * v[i];
-        }
+        a->k->attn(&t);
     }
 }
 
@@ -257,8 +243,21 @@ static void attention(const ink_model *m, const ink_layer_w *w, ink_layer_cache 
         memcpy(c->k + slot, s->k + (size_t)t * c->kvw, (size_t)c->kvw * sizeof(float));
         memcpy(c->v + slot, s->v + (size_t)t * c->kvw, (size_t)c->kvw * sizeof(float));
     }
-    attn_ctx a = {m, w, c, s, pos0, T};
-    if (T * nh == 1) attn_task(&a, 0, 1);
+    /* tiles: up to INK_ATTN_MAXQ queries of one KV head (8 rows x 4 heads, ...); split further
+     * (heads, then rows) while there are fewer tiles than threads */
+    int g = nh / nkv, nth = s->n_threads;
+    int gs = g < INK_ATTN_MAXQ ? g : INK_ATTN_MAXQ, nr = INK_ATTN_MAXQ / gs;
+    if (nr > ATTN_MAX_ROWS) nr = ATTN_MAX_ROWS;
+    if (nr > T) nr = T;
+    for (;;) {
+        int n = nkv * ((T + nr - 1) / nr) * ((g + gs - 1) / gs);
+        if (n >= nth || (gs == 1 && nr == 1)) break;
+        if (gs > 1) gs = (gs + 1) / 2;
+        else nr = (nr + 1) / 2;
+    }
+    attn_ctx a = {m, w, c, s, ink_kernels_active(), pos0, T, nr, (T + nr - 1) / nr, gs, (g + gs - 1) / gs, 0};
+    a.n_tiles = nkv * a.n_rt * a.n_hs;
+    if (a.n_tiles == 1) attn_task(&a, 0, 1);
     else ink_pool_run(m->pool, attn_task, &a);
     ink_matmul(m->pool, &w->at.wo, s->o, nh * d, T, s->u, H);
 }

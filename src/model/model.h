@@ -70,6 +70,7 @@ typedef struct ink_layer_cache {
 /* Scratch for ink_layer_forward over up to `chunk` rows. One allocation; owned by the caller. */
 typedef struct ink_scratch {
     int chunk, n_ctx, n_threads;
+    size_t attn_ws;                /* floats of `scores` per thread: one attention tile (ink_attn.ws) */
     float *a, *q, *k, *v, *r, *o, *u, *ext, *ffn, *ffn2, *logits_r, *scores, *moe_acc;
     int *route_ids, *rows;         /* [chunk * k], [chunk] */
     float *route_w, *row_w;        /* [chunk * (k + S)], [chunk] */
