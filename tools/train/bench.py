@@ -2,10 +2,10 @@
 """Plain vs MTP decoding on the bundled model, and engine vs PyTorch decode speed.
 
   bench.py [--model models/inkling-kjv] [--bin ./inkling] [--threads 2] [--reps 3] [--n 96]
-           [--no-torch] [--json OUT.json]
+           [--draft-vocab N] [--no-torch] [--json OUT.json]
 
 For every repetition the plain run and all MTP configurations (per-depth and compat, K = 2..D+2,
-T = 0 and T = 0.8) run back to back on the same prompts (the expected.json prompts), so each
+T = 0 and T = 0.8; with --draft-vocab N also per-depth with an N-token draft vocabulary) run back to back on the same prompts (the expected.json prompts), so each
 speedup is a ratio measured within one repetition; the table reports medians over repetitions.
 Engine numbers come from `inkling generate --stats-json`. The PyTorch column is model.py's cached
 decode (decode_step) on the same checkpoint (bf16 widened to f32) with the same thread count.
@@ -21,13 +21,14 @@ import tempfile
 import time
 
 
-def run_engine(a, prompt, temp, seed, mode=None, K=None):
+def run_engine(a, prompt, temp, seed, mode=None, K=None, dv=0):
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     cmd = [a.bin, "generate", "-m", a.model, "-t", str(a.threads), "--prompt-ids", ",".join(map(str, prompt)),
            "-n", str(a.n), "--temp", str(temp), "--seed", str(seed), "--ids", "--stats-json", path]
     if mode:
-        cmd += ["--draft-kind", "mtp", "--draft-model", a.model, "--mtp-mode", mode, "--draft-block-size", str(K)]
+        cmd += ["--draft-kind", "mtp", "--draft-model", a.model, "--mtp-mode", mode, "--draft-block-size", str(K),
+                "--draft-vocab", str(dv)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     st = json.load(open(path))
     os.unlink(path)
@@ -80,31 +81,35 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--n", type=int, default=96)
+    ap.add_argument("--draft-vocab", type=int, default=0)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--json")
     a = ap.parse_args()
     exp = json.load(open(os.path.join(a.model, "expected.json")))
     prompts = [c["prompt_ids"] for c in exp["cases"]]
     D = json.load(open(os.path.join(a.model, "config.json")))["mtp_config"]["num_nextn_predict_layers"]
-    configs = [(m, K) for m in ("per-depth", "compat") for K in range(2, D + 3)]
+    configs = [(m, K, 0) for m in ("per-depth", "compat") for K in range(2, D + 3)]
+    if a.draft_vocab:
+        configs += [("per-depth", K, a.draft_vocab) for K in range(2, D + 3)]
     temps = (0.0, 0.8)
     reps = {}
     for r in range(a.reps):
         for T in temps:
             base = aggregate([run_engine(a, p, T, 100 + i) for i, p in enumerate(prompts)])
-            reps.setdefault((T, None, None), []).append(base)
-            for m, K in configs:
-                ag = aggregate([run_engine(a, p, T, 100 + i, m, K) for i, p in enumerate(prompts)])
+            reps.setdefault((T, None, None, 0), []).append(base)
+            for m, K, dv in configs:
+                ag = aggregate([run_engine(a, p, T, 100 + i, m, K, dv) for i, p in enumerate(prompts)])
                 ag["speedup"] = ag["tok_s"] / base["tok_s"]
-                reps.setdefault((T, m, K), []).append(ag)
+                reps.setdefault((T, m, K, dv), []).append(ag)
         print(f"rep {r + 1}/{a.reps} done", file=sys.stderr, flush=True)
 
     def med(lst, key):
         return statistics.median(x[key] for x in lst)
 
     rows = []
-    for (T, m, K), lst in reps.items():
-        row = {"temp": T, "mode": m or "plain", "K": K, "tok_s": med(lst, "tok_s")}
+    for (T, m, K, dv), lst in reps.items():
+        label = (m + (f", {dv} draft ids" if dv else "")) if m else "plain"
+        row = {"temp": T, "mode": label, "K": K, "draft_vocab": dv, "tok_s": med(lst, "tok_s")}
         if m:
             row["speedup"] = med(lst, "speedup")
             row["mal"] = med(lst, "mal")
