@@ -132,8 +132,8 @@ static void test_raw_text_equals_token_path(void **state)
     char sp[300];
     snprintf(sp, sizeof sp, "%s/inkling.json", dir);
     FILE *jf = fopen(sp, "w");
-    fputs("{\"draft_kind\": \"mtp\", \"draft_block_size\": 3}", jf);
-    fclose(jf);
+    fputs("{\"draft_kind\": \"mtp\", \"draft_block_size\": 3, \"draft_vocab\": 8}", jf);
+    fclose(jf); /* draft_vocab: a default, skipped while the directory has no draft_vocab.json */
     snprintf(sp, sizeof sp, "%s/st.json", dir);
     snprintf(cmd, sizeof cmd, "%s generate -m %s --raw -p 'hello world' -n 12 --temp 0 --ignore-eos --stats-json %s",
              tu_bin(), dir, sp);
@@ -143,6 +143,7 @@ static void test_raw_text_equals_token_path(void **state)
     json_t *st = json_load_file(sp, 0, NULL);
     assert_true(json_integer_value(json_object_get(st, "rounds")) > 0);
     assert_int_equal(json_integer_value(json_object_get(st, "block_size")), 3);
+    assert_int_equal(json_integer_value(json_object_get(st, "draft_vocab")), 0); /* no ranking here */
     json_decref(st);
     snprintf(cmd, sizeof cmd, "%s generate -m %s --raw -p 'hello world' -n 12 --temp 0 --draft-kind none --stats-json %s",
              tu_bin(), dir, sp);
@@ -150,6 +151,33 @@ static void test_raw_text_equals_token_path(void **state)
     st = json_load_file(sp, 0, NULL);
     assert_int_equal(json_integer_value(json_object_get(st, "rounds")), 0);
     json_decref(st);
+    /* --draft-vocab given on the command line needs the file, and says which */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --raw -p 'hello world' -n 4 --draft-vocab 8", tu_bin(), dir);
+    assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 1);
+    assert_non_null(strstr(err, "draft_vocab.json"));
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --raw -p 'hello world' -n 4 --rollback undo", tu_bin(), dir);
+    assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 2);
+    assert_non_null(strstr(err, "--rollback must be commit or replay"));
+    /* with the ranking present, inkling.json's draft_vocab applies; greedy text is unchanged with
+     * either rollback */
+    snprintf(sp, sizeof sp, "%s/draft_vocab.json", dir);
+    jf = fopen(sp, "w");
+    fputs("{\"ids\": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}", jf);
+    fclose(jf);
+    for (int rb = 0; rb < 2; rb++) {
+        snprintf(sp, sizeof sp, "%s/st.json", dir);
+        snprintf(cmd, sizeof cmd, "%s generate -m %s --raw -p 'hello world' -n 12 --temp 0 --ignore-eos --rollback %s "
+                 "--stats-json %s", tu_bin(), dir, rb ? "replay" : "commit", sp);
+        assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 0);
+        out2[strcspn(out2, "\n")] = 0;
+        assert_string_equal(out2, out);
+        st = json_load_file(sp, 0, NULL);
+        assert_int_equal(json_integer_value(json_object_get(st, "draft_vocab")), 8);
+        assert_string_equal(json_string_value(json_object_get(st, "rollback")), rb ? "replay" : "commit");
+        json_decref(st);
+    }
+    snprintf(sp, sizeof sp, "%s/draft_vocab.json", dir);
+    unlink(sp);
     snprintf(sp, sizeof sp, "%s/inkling.json", dir);
     unlink(sp);
     /* -m owner/name resolves to the download cache */

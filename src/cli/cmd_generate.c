@@ -331,6 +331,10 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     if (ink_model_open(&r->m, r->dir, &mo, &r->e)) return cli_fail(&r->e);
     const char *ddir = a->draft_model ? ink_cli_model_dir(a->draft_model) : r->dir;
     if (!strcmp(a->draft_kind, "mtp") && ink_drafter_open(&r->d, r->m, ddir, &r->e)) return cli_fail(&r->e);
+    char dvp[4200];
+    snprintf(dvp, sizeof dvp, "%s/draft_vocab.json", ddir ? ddir : "");
+    /* a default from inkling.json applies only where the drafter directory has the ranking */
+    if (a->draft_vocab > 0 && !a->set_dvocab && access(dvp, F_OK) != 0) a->draft_vocab = 0;
     if (r->d && a->draft_vocab > 0 && ink_drafter_load_vocab(r->d, ddir, (int)a->draft_vocab, &r->e))
         return cli_fail(&r->e);
     long n_ctx = a->n_ctx, max_ctx = ink_model_get_info(r->m)->max_ctx;
