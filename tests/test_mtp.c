@@ -461,6 +461,29 @@ static void test_load_drafter_detects_mtp_tensors_not_config_flag(void **state)
     ink_model_free(m);
 }
 
+/* Two-sample chi-square of equal-size samples ca, cb over V categories (expected count >= 5 per
+ * sample; the rest pooled into one category); *df = degrees of freedom. */
+static double chi2_two_sample(const int *ca, const int *cb, int V, int *df)
+{
+    double chi = 0, pa = 0, pb = 0;
+    *df = -1;
+    for (int v = 0; v < V; v++) {
+        if (ca[v] + cb[v] < 10) {
+            pa += ca[v], pb += cb[v];
+            continue;
+        }
+        double ex = (ca[v] + cb[v]) / 2.0;
+        chi += (ca[v] - ex) * (ca[v] - ex) / ex + (cb[v] - ex) * (cb[v] - ex) / ex;
+        (*df)++;
+    }
+    if (pa + pb >= 10) {
+        double ex = (pa + pb) / 2;
+        chi += (pa - ex) * (pa - ex) / ex + (pb - ex) * (pb - ex) / ex;
+        (*df)++;
+    }
+    return chi;
+}
+
 /* Lossless speculative sampling: the first sampled tokens (positions 2 and 3, i.e. produced by
  * verify rounds) have the same distribution with and without MTP. Chi-square over the tokens with
  * expected count >= 5 (others pooled); 4000 seeded runs each; the test fails only if the statistic
@@ -493,22 +516,8 @@ static void test_speculative_sampling_matches_plain(void **state)
             cb[out[pos]]++;
             accepted += st.accepted;
         }
-        double chi = 0, pa = 0, pb = 0;
-        int df = -1;
-        for (int v = 0; v < V; v++) {
-            if (ca[v] + cb[v] < 10) {
-                pa += ca[v], pb += cb[v];
-                continue;
-            }
-            double ex = (ca[v] + cb[v]) / 2.0;
-            chi += (ca[v] - ex) * (ca[v] - ex) / ex + (cb[v] - ex) * (cb[v] - ex) / ex;
-            df++;
-        }
-        if (pa + pb >= 10) {
-            double ex = (pa + pb) / 2;
-            chi += (pa - ex) * (pa - ex) / ex + (pb - ex) * (pb - ex) / ex;
-            df++;
-        }
+        int df;
+        double chi = chi2_two_sample(ca, cb, V, &df);
         printf("  position %d: chi2 %.2f with %d degrees of freedom, %d drafts accepted\n", pos, chi, df, accepted);
         assert_true(df >= 5);
         assert_true(accepted > RUNS / 20); /* the accept path is exercised */
@@ -653,22 +662,8 @@ static void test_draft_vocab_sampling_is_lossless(void **state)
         cb[out[1]]++;
         accepted += st.accepted, odd += out[1] % 2;
     }
-    double chi = 0, pa = 0, pb = 0;
-    int df = -1;
-    for (int v = 0; v < V; v++) {
-        if (ca[v] + cb[v] < 10) {
-            pa += ca[v], pb += cb[v];
-            continue;
-        }
-        double ex = (ca[v] + cb[v]) / 2.0;
-        chi += (ca[v] - ex) * (ca[v] - ex) / ex + (cb[v] - ex) * (cb[v] - ex) / ex;
-        df++;
-    }
-    if (pa + pb >= 10) {
-        double ex = (pa + pb) / 2;
-        chi += (pa - ex) * (pa - ex) / ex + (pb - ex) * (pb - ex) / ex;
-        df++;
-    }
+    int df;
+    double chi = chi2_two_sample(ca, cb, V, &df);
     printf("  draft vocabulary of 16/32: chi2 %.2f with %d degrees of freedom, %d drafts accepted, %d odd tokens\n",
            chi, df, accepted, odd);
     assert_true(df >= 5);
