@@ -142,9 +142,10 @@ static void catch_up(gen *g, int last_row, int last_tok)
 
 /* ---- mode P draft phase (mtp.md 7.3) ---------------------------------------------------- */
 
-/* Depth m's rows F[m] .. n-1 in one forward: the committed ones (token x_{p+m+1} known, p <= n-1-m)
- * first, then the provisional ones (token a draft of this round). The conv states keep only the
- * committed rows (capture + commit); provisional KV rows are overwritten when they are committed. Rows
+/* Depth m's rows F[m] .. n-1 (at most CH) in one forward: the committed ones (token x_{p+m+1} known,
+ * p <= n-1-m) first, then the provisional ones (token a draft of this round). The conv states keep
+ * only the committed rows (capture + commit; with none, the saved state comes back unchanged);
+ * provisional KV rows are overwritten when they are committed. Rows
  * do not depend on later rows of the same forward, so this equals a catch-up followed by a separate
  * provisional forward, bit for bit, at one pass over the depth's weights instead of two. */
 static void depth_round(gen *g, int m, int n)
@@ -167,26 +168,12 @@ static void depth_round(gen *g, int m, int n)
 
 static void draft_per_depth(gen *g, int n, int M)
 {
-    int H = g->H, bulk = 0;
+    int bulk = 0;
     for (int m = 0; m < M; m++) bulk |= n - g->F[m] > CH;
-    if (bulk) catch_up(g, n - 1, n); /* after the prefill: the chunked pipeline first */
+    /* after the prefill: the chunked pipeline first, which leaves only provisional rows (nc = 0) */
+    if (bulk) catch_up(g, n - 1, n);
     for (int m = 0; m < M; m++) {
-        ink_depth *dp = &g->d->d[m];
-        if (!bulk && n > g->F[m]) depth_round(g, m, n);
-        else if (n > g->F[m]) { /* provisional rows only: forward and drop them */
-            int first = g->F[m], np = n - first;
-            int32_t ptok[INK_MAX_DEPTH + 1];
-            ink_layer_cache_save(&dp->cache, dp->conv_save);
-            for (int i = 0; i < np; i++) {
-                int p = first + i, t = p + m + 1;
-                ptok[i] = t <= n ? g->seq[t] : g->drafts[t - n - 1];
-                memcpy(g->rows + (size_t)i * H, m ? orow(g, m - 1, p) : hrow(g, p), (size_t)H * sizeof(float));
-            }
-            ink_depth_forward(g->d, m, g->rows, ptok, np, first, 1, g->rows);
-            ink_layer_cache_load(&dp->cache, dp->conv_save);
-            for (int i = 0; i < np; i++)
-                memcpy(orow(g, m, first + i), g->rows + (size_t)i * H, (size_t)H * sizeof(float));
-        }
+        if (n > g->F[m]) depth_round(g, m, n);
         const float *u = orow(g, m, n - 1);
         ink_draft_logits(g->d, u, 0, g->dlog, g->tmp);
         g->margins[m] = margin_of(g->dlog, g->V);
@@ -194,7 +181,7 @@ static void draft_per_depth(gen *g, int n, int M)
         g->seq[n + 1 + m] = g->drafts[m];
         g->blocks[m] = m;
     }
-    if (!bulk && M < g->Mmax) catch_up(g, n - 1, n); /* depths this clamped round does not draft with */
+    if (M < g->Mmax) catch_up(g, n - 1, n); /* depths this clamped round does not draft with */
 }
 
 /* ---- Compat-X (mtp.md 7.9) -------------------------------------------------------------- */
