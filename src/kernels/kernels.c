@@ -38,15 +38,15 @@ float ink_scale_at(const void *p, int dtype, size_t i)
     }
 }
 
-static size_t dt_size(int dt) { return dt == INK_DT_F32 ? 4 : dt == INK_DT_F8_E4M3 || dt == INK_DT_U8 ? 1 : 2; }
+size_t ink_dt_size(int dt) { return dt == INK_DT_F32 ? 4 : dt == INK_DT_F8_E4M3 || dt == INK_DT_U8 ? 1 : 2; }
 
 size_t ink_mat_bytes(const ink_mat *W)
 {
     size_t R = (size_t)W->rows, C = (size_t)W->cols;
     if (W->dtype == INK_QT_AFFINE)
-        return R * (C * (size_t)W->bits / 8) + 2 * R * (C / (size_t)W->group) * dt_size(W->sdtype);
+        return R * (C * (size_t)W->bits / 8) + 2 * R * (C / (size_t)W->group) * ink_dt_size(W->sdtype);
     if (W->dtype == INK_QT_NVFP4) return R * C / 2 + R * C / 16;
-    return R * C * dt_size(W->dtype);
+    return R * C * ink_dt_size(W->dtype);
 }
 
 /* Eight consecutive weights of row r starting at column c (c % 8 == 0 for quantized views).

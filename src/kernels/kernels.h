@@ -56,6 +56,8 @@ typedef struct ink_mat {
     float gscale;       /* NVFP4 per-matrix (per-expert) scale2; 1 otherwise */
 } ink_mat;
 
+/* Bytes of one element of a float view or scale array of dtype dt (F32 4, F8_E4M3 / U8 1, else 2). */
+size_t ink_dt_size(int dt);
 /* Bytes of weight data a full pass over W reads (codes + scales + biases). */
 size_t ink_mat_bytes(const ink_mat *W);
 

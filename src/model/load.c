@@ -253,7 +253,7 @@ static ink_mat sub(const stackv *s, int e, int row0, int nrows, int step)
     v.stride *= (size_t)step;
     if (q) {
         size_t so = (size_t)e * s->estep_s + (size_t)row0 * v.sstride;
-        size_t es = v.sdtype == INK_DT_F32 ? 4 : v.sdtype == INK_DT_F8_E4M3 ? 1 : 2;
+        size_t es = ink_dt_size(v.sdtype);
         v.scales = (const uint8_t *)v.scales + so * es;
         if (v.biases) v.biases = (const uint8_t *)v.biases + so * es;
         v.sstride *= (size_t)step;

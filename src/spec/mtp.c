@@ -195,13 +195,13 @@ void ink_draft_logits(const ink_drafter *d, const float *u, int final_norm, floa
 /* bytes of one row of W's data, and of one row of its scales (0 for float views) */
 static size_t row_bytes(const ink_mat *W)
 {
-    if (W->dtype == INK_QT_AFFINE || W->dtype == INK_QT_NVFP4) return W->stride;
-    return W->stride * (W->dtype == INK_DT_F32 ? 4 : 2);
+    int q = W->dtype == INK_QT_AFFINE || W->dtype == INK_QT_NVFP4;
+    return q ? W->stride : W->stride * ink_dt_size(W->dtype);
 }
 static size_t srow_bytes(const ink_mat *W)
 {
-    if (W->dtype != INK_QT_AFFINE && W->dtype != INK_QT_NVFP4) return 0;
-    return W->sstride * (W->sdtype == INK_DT_F32 ? 4 : W->sdtype == INK_DT_F8_E4M3 ? 1 : 2);
+    int q = W->dtype == INK_QT_AFFINE || W->dtype == INK_QT_NVFP4;
+    return q ? W->sstride * ink_dt_size(W->sdtype) : 0;
 }
 
 int ink_drafter_set_vocab(ink_drafter *d, const int32_t *ids, int n, ink_err *err)
