@@ -61,6 +61,10 @@ typedef struct ink_model_opts {
  * mmapped, never copied (small vectors such as norms are widened to f32). On success the caller
  * owns *out and frees it with ink_model_free. */
 int ink_model_open(ink_model **out, const char *dir, const ink_model_opts *opts, ink_err *err);
+/* The same with config.json and the safetensors headers only: every shape check of a full open, but
+ * no tensor data mapped or read (vectors read as zeros). The model can be described (info,
+ * ink_session_state_bytes) but not evaluated: ink_session_eval refuses it. */
+int ink_model_open_headers(ink_model **out, const char *dir, const ink_model_opts *opts, ink_err *err);
 void ink_model_free(ink_model *m);
 
 /* What a directory holds, from config.json and safetensors headers only (no weights read). */

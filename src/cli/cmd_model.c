@@ -42,15 +42,17 @@ static void resolve_model(common *c)
     if (d) snprintf(buf, sizeof buf, "%s", d), c->model = buf;
 }
 
-static int open_model(const common *c, ink_model **m, ink_err *e)
+static int open_model_opts(const common *c, ink_model **m, int header_only, ink_err *e)
 {
     if (!c->model) {
         fprintf(stderr, "inkling: no model: pass -m DIR (no bundled default model was found)\n");
         return 2;
     }
     ink_model_opts o = {(int)c->threads};
-    return ink_model_open(m, c->model, &o, e) ? cli_fail(e) : 0;
+    return (header_only ? ink_model_open_headers : ink_model_open)(m, c->model, &o, e) ? cli_fail(e) : 0;
 }
+
+static int open_model(const common *c, ink_model **m, ink_err *e) { return open_model_opts(c, m, 0, e); }
 
 /* ---- info ------------------------------------------------------------------------------ */
 
@@ -102,8 +104,8 @@ int cmd_info(int argc, char **argv)
         printf("supported:    no: %s\n", info.reason);
         return 1;
     }
-    ink_model *m;
-    if (open_model(&c, &m, &e)) return 1;
+    ink_model *m; /* headers only: info maps and reads no tensor data */
+    if (open_model_opts(&c, &m, 1, &e)) return 1;
     ink_session *s;
     if (ink_session_create(&s, m, (int)c.n_ctx, &e)) {
         ink_model_free(m);
