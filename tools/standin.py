@@ -147,13 +147,18 @@ def main():
     loc = local_ids(m)
     nsh = m["shards"][a.format]
     os.makedirs(a.dir, exist_ok=True)
-    shards = [[] for _ in range(nsh)]
-    shards[0].append(("model.llm.embed.weight", "BF16", [V, H]))
-    shards[0].append(("model.llm.embed_norm.weight", "BF16", [H]))
+    order = [("model.llm.embed.weight", "BF16", [V, H]), ("model.llm.embed_norm.weight", "BF16", [H])]
     for i in range(L):
-        shards[i * nsh // L] += layer_tensors(m, "model.llm.layers.%d." % i, i, i in loc, i >= m["dense_idx"], a.format)
-    shards[-1].append(("model.llm.norm.weight", "BF16", [H]))
-    shards[-1].append(("model.llm.unembed.weight", "BF16", [V, H]))
+        order += layer_tensors(m, "model.llm.layers.%d." % i, i, i in loc, i >= m["dense_idx"], a.format)
+    order += [("model.llm.norm.weight", "BF16", [H]), ("model.llm.unembed.weight", "BF16", [V, H])]
+    # shards of about equal size in tensor order (a tensor never spans two files); empty ones dropped
+    target = sum(nbytes(dt, sh) for _, dt, sh in order) / nsh
+    shards, cum = [[] for _ in range(nsh)], 0
+    for t in order:
+        shards[min(nsh - 1, int(cum // target))].append(t)
+        cum += nbytes(t[1], t[2])
+    shards = [x for x in shards if x]
+    nsh = len(shards)
     mtp = []
     for j in range(MTP_DEPTH):
         p = "model.mtp.layers.%d." % j
@@ -176,10 +181,10 @@ def main():
         files.append(fn)
         for name, dt, shape in ts:
             wm[name] = fn
-            if not name.endswith((".input_amax",)):
-                # backbone parameters as the engine counts them: elements of bound tensors; packed
-                # formats count logical weights (codes x per-byte / per-word elements) — see info
-                nparams += math.prod(shape) if dt in ("BF16", "F32") else 0
+            # backbone parameters as `info` counts them: logical weights (packed codes unpacked;
+            # quantization scales, biases, scale2 and input_amax not counted)
+            if not name.endswith((".scale", ".scale2", ".scales", ".biases", ".input_amax")):
+                nparams += math.prod(shape) * {"U8": 2, "U32": 8}.get(dt, 1)
     total += write_shard(os.path.join(a.dir, "mtp.safetensors"), mtp, a.misalign, {})
     with open(os.path.join(a.dir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": wm}, f, indent=1)
@@ -210,7 +215,7 @@ def main():
     x0 = 1.0 / math.sqrt(1.0 + EPS)
     z = x0 / math.sqrt(x0 * x0 + EPS)
     json.dump({"dir": a.dir, "model": a.model, "variant": m["variant"], "format": a.format, "misalign": a.misalign,
-               "shards": nsh, "apparent_bytes": total, "float_params": nparams,
+               "shards": nsh, "apparent_bytes": total, "params": nparams,
                "canary": {"tokens": CANARY_TOKENS, "rows": {str(k): v for k, v in CANARY_ROWS.items()},
                           "logit_per_unit": H * z / m["mu"], "greedy": max(CANARY_ROWS, key=CANARY_ROWS.get)}
                if a.canary else None}, sys.stdout)
