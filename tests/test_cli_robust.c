@@ -11,6 +11,7 @@
 
 #include "inkling.h"
 #include "load/safetensors.h"
+#include "server/srv.h"
 #include "support/ckpt.h"
 #include "support/util.h"
 
@@ -263,6 +264,24 @@ static void test_default_model_path_canonical(void **state)
     assert_null(strstr(out, "/../"));
 }
 
+/* a U+0000 in a request body: the message says so, without jansson's flag name */
+static void test_request_nul_message(void **state)
+{
+    (void)state;
+    ink_server *S = calloc(1, sizeof *S);
+    assert_non_null(S);
+    const char body[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\u0000b\"}]}";
+    int st = 0;
+    char *eb = NULL;
+    assert_null(srv_parse_request(S, 0, body, sizeof body - 1, &st, &eb));
+    assert_int_equal(st, 400);
+    assert_non_null(eb);
+    assert_non_null(strstr(eb, "strings must not contain U+0000"));
+    assert_null(strstr(eb, "JSON_ALLOW_NUL"));
+    free(eb);
+    free(S);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -273,6 +292,7 @@ int main(void)
         cmocka_unit_test(test_config_validation),
         cmocka_unit_test(test_options_that_do_not_apply),
         cmocka_unit_test(test_default_model_path_canonical),
+        cmocka_unit_test(test_request_nul_message),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
