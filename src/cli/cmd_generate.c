@@ -36,6 +36,7 @@ typedef struct gargs {
     double temp, top_p, min_p, rep, freq, pres;
     int set_temp, set_top_k, set_top_p, set_min_p, set_rep, set_draft, set_block, set_dvocab;
     int raw, special, show_reasoning, stop_eos, capture; /* capture: 1 capture-and-commit, 0 restore + replay */
+    int activations; /* enum ink_activations (0: auto) */
 } gargs;
 
 static void defaults(gargs *a)
@@ -57,7 +58,7 @@ static void usage(FILE *f, const char *cmd)
             "            --frequency-penalty F  --presence-penalty P  --seed S  --stop-eos | --ignore-eos\n"
             "  drafting: --draft-kind none|mtp  --draft-model DIR  --draft-block-size K  --mtp-mode per-depth|compat\n"
             "            --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
-            "  model:    --threads N  -c N   (without -m: the bundled default model)\n",
+            "  model:    --threads N  -c N  --activations auto|f32|int8   (without -m: the bundled default model)\n",
             cmd);
 }
 
@@ -72,7 +73,13 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
         if (!strcmp(o, "-m") || !strcmp(o, "--model")) { VAL(); a->model = v; }
         else if (!strcmp(o, "--threads") || !strcmp(o, "-t")) INT(a->threads, 1, 256);
         else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) INT(a->n_ctx, 1, 1L << 30);
-        else if (!strcmp(o, "--prompt-ids")) { VAL(); a->ids = v; }
+        else if (!strcmp(o, "--activations")) {
+            VAL();
+            if ((a->activations = ink_activations_parse(v)) < 0) {
+                fprintf(stderr, "inkling %s: --activations must be auto, f32 or int8, found '%s'\n", cmd, v);
+                return 2;
+            }
+        } else if (!strcmp(o, "--prompt-ids")) { VAL(); a->ids = v; }
         else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) { VAL(); a->prompt = v; }
         else if (!strcmp(o, "-f") || !strcmp(o, "--file")) { VAL(); a->file = v; }
         else if (!strcmp(o, "--system")) { VAL(); a->system = v; }
@@ -327,7 +334,7 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     if (need_tok) apply_generation_config(a, r->dir);
     apply_inkling_json(a, r->dir);
     if (isatty(2)) fprintf(stderr, "loading %s ...\r", r->dir);
-    ink_model_opts mo = {(int)a->threads};
+    ink_model_opts mo = {.n_threads = (int)a->threads, .activations = a->activations};
     if (ink_model_open(&r->m, r->dir, &mo, &r->e)) return cli_fail(&r->e);
     const char *ddir = a->draft_model ? ink_cli_model_dir(a->draft_model) : r->dir;
     if (!strcmp(a->draft_kind, "mtp") && ink_drafter_open(&r->d, r->m, ddir, &r->e)) return cli_fail(&r->e);

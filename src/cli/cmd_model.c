@@ -48,7 +48,7 @@ static int open_model(const common *c, ink_model **m, ink_err *e)
         fprintf(stderr, "inkling: no model: pass -m DIR (no bundled default model was found)\n");
         return 2;
     }
-    ink_model_opts o = {(int)c->threads};
+    ink_model_opts o = {.n_threads = (int)c->threads};
     return ink_model_open(m, c->model, &o, e) ? cli_fail(e) : 0;
 }
 

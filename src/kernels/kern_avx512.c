@@ -14,7 +14,8 @@
  *   2/3/5/6-bit: vpermb gathers the bytes of each lane pair, vpmultishiftqb aligns, then a table
  *     (2, 3 bits) or convert + fma (5, 6 bits);
  *   8-bit: zero-extend, convert, fma.
- * int8 activations (affine 4 / 8 bit): vpdpbusd of unsigned codes by int8 activations (64 per step,
+ * int8 activations (affine every width; NVFP4 as |2 e2m1| by q with the code's sign): vpdpbusd of
+ * unsigned codes by int8 activations (64 per step,
  * the same quantized activations as every other set), scaled per 32-block by d and per group by s;
  * the bias term b * sum(x) is a separate 16-group dot product per row. vdpbf16ps is not used: it
  * would round f32 activations to bf16. */
@@ -454,7 +455,7 @@ static void avx512_rows(const ink_mat *W, const float *x, int ldx, int T, float 
     }
 }
 
-/* ---- int8 activations (affine 4 / 8 bit), VNNI -------------------------------------------- */
+/* ---- int8 activations (affine, NVFP4), VNNI -------------------------------------------- */
 
 #define QXK (INK_QX_MAXK + 64)
 
@@ -502,9 +503,24 @@ static void qx512_fill(qx512 *qx, const float *x, int ldx, int nt, int k, int gs
     }
 }
 
-/* 64 codes from element c (n = 64 or 32 valid) as unsigned bytes in element order */
+/* 64 codes from element c (n = 64 or 32 valid) as unsigned bytes in element order (bits 0: NVFP4 as
+ * signed 2 * e2m1, -12 .. 12) */
 AI __m512i codes64(const int bits, const uint8_t *row, int c, int n)
 {
+    if (bits == 0) {
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+        __m256i v = n == 64 ? _mm256_loadu_si256((const __m256i *)(row + c / 2))
+                            : _mm256_maskz_loadu_epi8(0xffffu, row + c / 2);
+        __m512i d = _mm512_cvtepu32_epi64(v);
+        d = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x1c1814100c080400ll), d);
+        return _mm512_shuffle_epi8(lut, _mm512_and_si512(d, _mm512_set1_epi8(15)));
+    }
+    if (bits != 4 && bits != 8) {
+        uint8_t u[64];
+        for (int i = 0; i < n; i += 8) ink_unpack8(row, c + i, bits, u + i);
+        if (n < 64) memset(u + n, 0, (size_t)(64 - n));
+        return _mm512_loadu_si512(u);
+    }
     if (bits == 8)
         return n == 64 ? _mm512_loadu_si512(row + c) : _mm512_maskz_loadu_epi8(0xffffffffull, row + c);
     __m256i v = n == 64 ? _mm256_loadu_si256((const __m256i *)(row + c / 2))
@@ -524,6 +540,19 @@ AI __m512 step_scale(const ink_mat *W, size_t base, int c, int n)
     return _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
 }
 
+/* NVFP4 scales of the 64-element step at c: 4 lanes per 16-group, e4m3 / 2 (0 past n) */
+AI __m512 step_scale_nv(const ink_mat *W, int o, int c, int n)
+{
+    const uint8_t *sc = (const uint8_t *)W->scales + (size_t)o * W->sstride + c / 16;
+    float s[4];
+    for (int i = 0; i < 4; i++) s[i] = i < n / 16 ? 0.5f * e4m3(sc[i]) : 0.0f;
+    __m512 v = _mm512_castps128_ps512(_mm_set1_ps(s[0]));
+    v = _mm512_insertf32x4(v, _mm_set1_ps(s[1]), 1);
+    v = _mm512_insertf32x4(v, _mm_set1_ps(s[2]), 2);
+    return _mm512_insertf32x4(v, _mm_set1_ps(s[3]), 3);
+}
+
+/* bits 0: NVFP4 (signed codes: |code| by q with code's sign, no bias term, gscale at the end) */
 AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0, float *y, int ldy, const int NR,
                const int NT)
 {
@@ -542,20 +571,38 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
         __m512 sv[NRM];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            if ((c * bits / 8) % 64 == 0) pf_ahead(row[r] + (size_t)c * bits / 8);
+            const int wb = bits ? bits : 4;
+            if ((c * wb / 8) % 64 == 0) pf_ahead(row[r] + (size_t)c * wb / 8);
             code[r] = codes64(bits, row[r], c, n);
-            sv[r] = step_scale(W, (size_t)(o0 + r) * W->sstride, c, n);
+            sv[r] = bits ? step_scale(W, (size_t)(o0 + r) * W->sstride, c, n) : step_scale_nv(W, o0 + r, c, n);
+        }
+        __mmask64 neg[NRM];
+        if (bits == 0) {
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) neg[r] = _mm512_movepi8_mask(code[r]), code[r] = _mm512_abs_epi8(code[r]);
         }
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             __m512i q = _mm512_loadu_si512(qx->q[t0 + t] + c);
             __m512 dv = _mm512_loadu_ps(qx->dv[t0 + t] + c / 4);
+            /* 8-bit: codes are used as code - 128 (as in every set): start each lane at -128 sum(q) */
+            __m512i z = bits == 8 ? _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), q))
+                                  : _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
-                __m512 li = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), code[r], q));
+                __m512i qr = bits ? q : _mm512_mask_sub_epi8(q, neg[r], _mm512_setzero_si512(), q);
+                __m512 li = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, code[r], qr));
                 a[r][t] = _mm512_fmadd_ps(li, _mm512_mul_ps(sv[r], dv), a[r][t]);
             }
         }
+    }
+    if (bits == 0) {
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o0 + r] = hsum16(a[r][t]) * W->gscale;
+        return;
     }
     /* bias term: sum_g b[g] * sum(x over g), 16 groups at a time */
     int G = K / W->group;
@@ -567,6 +614,7 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
         for (int t = 0; t < NT; t++) bt[t] = _mm512_setzero_ps();
         for (int g = 0; g < G; g += 16) {
             __m512 bv = scales16(W->biases, W->sdtype, base + (size_t)g, G - g);
+            if (bits == 8) bv = _mm512_fmadd_ps(_mm512_set1_ps(128.0f), scales16(W->scales, W->sdtype, base + (size_t)g, G - g), bv);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) bt[t] = _mm512_fmadd_ps(bv, _mm512_loadu_ps(qx->xs[t0 + t] + g), bt[t]);
         }
@@ -580,18 +628,37 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
     {                                                                                                             \
         TILE_CASES(I8C_##B)                                                                                       \
     }
+#define I8C_0(NR_, NT_) i8tile(0, W, o0, qx, t0, y, ldy, NR_, NT_)
+#define I8C_2(NR_, NT_) i8tile(2, W, o0, qx, t0, y, ldy, NR_, NT_)
+#define I8C_3(NR_, NT_) i8tile(3, W, o0, qx, t0, y, ldy, NR_, NT_)
 #define I8C_4(NR_, NT_) i8tile(4, W, o0, qx, t0, y, ldy, NR_, NT_)
+#define I8C_5(NR_, NT_) i8tile(5, W, o0, qx, t0, y, ldy, NR_, NT_)
+#define I8C_6(NR_, NT_) i8tile(6, W, o0, qx, t0, y, ldy, NR_, NT_)
 #define I8C_8(NR_, NT_) i8tile(8, W, o0, qx, t0, y, ldy, NR_, NT_)
+I8_FN(0)
+I8_FN(2)
+I8_FN(3)
 I8_FN(4)
+I8_FN(5)
+I8_FN(6)
 I8_FN(8)
 
 static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)
 {
     qx512 qx; /* ~580 KiB on the stack: no allocation on the hot path */
-    void (*f)(const ink_mat *, int, const qx512 *, int, float *, int, int, int) = W->bits == 8 ? i8tile_8 : i8tile_4;
+    void (*f)(const ink_mat *, int, const qx512 *, int, float *, int, int, int);
+    switch (W->dtype == INK_QT_NVFP4 ? 0 : W->bits) {
+    case 0: f = i8tile_0; break;
+    case 2: f = i8tile_2; break;
+    case 3: f = i8tile_3; break;
+    case 5: f = i8tile_5; break;
+    case 6: f = i8tile_6; break;
+    case 8: f = i8tile_8; break;
+    default: f = i8tile_4; break;
+    }
     for (int t0 = 0; t0 < T; t0 += INK_QX_TILE) {
         int nt = T - t0 < INK_QX_TILE ? T - t0 : INK_QX_TILE;
-        qx512_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols, W->group);
+        qx512_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols, W->dtype == INK_QT_NVFP4 ? 32 : W->group);
         for (int o = r0; o < r1; o += NRM) {
             int nr = r1 - o < NRM ? r1 - o : NRM;
             for (int t = 0; t < nt; t += NTM)
