@@ -277,7 +277,7 @@ static json_t *bench_model(const char *dir, int threads, double bw, double peak,
     double pred[11];
     double p1 = 0;
     for (int K = 1; K <= Kmax; K++) {
-        double U = E * (1 - pow(1 - k / E, K));
+        double U = E > 0 && nmoe > 0 ? E * (1 - pow(1 - k / E, K)) : 0; /* all-dense: no expert term (was 0 x NaN) */
         double bytes = sb + nmoe * U * eb;
         double t = fmax(bytes / (bw * 1e9), K * flops1 / (peak * 1e9));
         if (K == 1) p1 = t;
