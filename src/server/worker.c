@@ -149,6 +149,21 @@ static void ids_chunk(gctx *c, const int32_t *ids, int n)
     sse(c, chunk(c, choice));
 }
 
+/* --debug-hold: tests stop the worker mid-generation deterministically (a generation that cannot
+ * finish before the test has looked), whatever the machine's speed. */
+static void debug_hold(gctx *c)
+{
+    ink_server *S = c->S;
+    for (;;) {
+        pthread_mutex_lock(&S->mu);
+        int go = c->j->cancel || S->stopping;
+        pthread_mutex_unlock(&S->mu);
+        if (go || access(S->o.debug_hold, F_OK) != 0) return;
+        struct timespec t = {0, 2 * 1000 * 1000};
+        nanosleep(&t, NULL);
+    }
+}
+
 static void on_token(void *ud, int32_t tok)
 {
     gctx *c = ud;
@@ -163,6 +178,7 @@ static void on_token(void *ud, int32_t tok)
         if (c->out.stop.hit) c->cancel = 1; /* stop string; stop ids end the generation themselves */
     }
     if (c->ids_stream) ids_chunk(c, &tok, 1);
+    if (c->S->o.debug_hold) debug_hold(c);
 }
 
 static json_t *ids_json(const int32_t *ids, int n)
