@@ -14,7 +14,7 @@
  *   2/3/5/6-bit: vpermb gathers the bytes of each lane pair, vpmultishiftqb aligns, then a table
  *     (2, 3 bits) or convert + fma (5, 6 bits);
  *   8-bit: zero-extend, convert, fma.
- * int8 activations (affine every width; NVFP4 as |2 e2m1| by q with the code's sign): vpdpbusd of
+ * int8 activations (affine every width; NVFP4 as 2 e2m1 + 12, less 12 sum(q)): vpdpbusd of
  * unsigned codes by int8 activations (64 per step,
  * the same quantized activations as every other set), scaled per 32-block by d and per group by s;
  * the bias term b * sum(x) is a separate 16-group dot product per row. vdpbf16ps is not used: it
@@ -503,12 +503,23 @@ static void qx512_fill(qx512 *qx, const float *x, int ldx, int nt, int k, int gs
     }
 }
 
+/* vpermb / vpmultishiftqb constants of codes64 for bits 2, 3, 5, 6: output qword m (codes 8m .. 8m+7)
+ * takes row bytes m*bits .. m*bits+7, byte j shifted by j*bits */
+AI void codes64_consts(int bits, __m512i *perm, __m512i *ctrl)
+{
+    uint8_t p[64], cb[64];
+    for (int m = 0; m < 8; m++)
+        for (int j = 0; j < 8; j++) p[8 * m + j] = (uint8_t)(m * bits + j), cb[8 * m + j] = (uint8_t)(j * bits);
+    *perm = _mm512_loadu_si512(p);
+    *ctrl = _mm512_loadu_si512(cb);
+}
+
 /* 64 codes from element c (n = 64 or 32 valid) as unsigned bytes in element order (bits 0: NVFP4 as
- * signed 2 * e2m1, -12 .. 12) */
-AI __m512i codes64(const int bits, const uint8_t *row, int c, int n)
+ * 2 * e2m1 + 12, 0 .. 24; the caller subtracts 12 sum(q)) */
+AI __m512i codes64(const int bits, const uint8_t *row, int c, int n, __m512i perm, __m512i ctrl)
 {
     if (bits == 0) {
-        const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
         __m256i v = n == 64 ? _mm256_loadu_si256((const __m256i *)(row + c / 2))
                             : _mm256_maskz_loadu_epi8(0xffffu, row + c / 2);
         __m512i d = _mm512_cvtepu32_epi64(v);
@@ -516,10 +527,10 @@ AI __m512i codes64(const int bits, const uint8_t *row, int c, int n)
         return _mm512_shuffle_epi8(lut, _mm512_and_si512(d, _mm512_set1_epi8(15)));
     }
     if (bits != 4 && bits != 8) {
-        uint8_t u[64];
-        for (int i = 0; i < n; i += 8) ink_unpack8(row, c + i, bits, u + i);
-        if (n < 64) memset(u + n, 0, (size_t)(64 - n));
-        return _mm512_loadu_si512(u);
+        __mmask64 m = (__mmask64)((1ull << ((n == 64 ? 8 : 4) * bits)) - 1);
+        __m512i v = _mm512_maskz_loadu_epi8(m, row + (size_t)c / 8 * (size_t)bits);
+        __m512i d = _mm512_multishift_epi64_epi8(ctrl, _mm512_permutexvar_epi8(perm, v));
+        return _mm512_and_si512(d, _mm512_set1_epi8((char)((1 << bits) - 1)));
     }
     if (bits == 8)
         return n == 64 ? _mm512_loadu_si512(row + c) : _mm512_maskz_loadu_epi8(0xffffffffull, row + c);
@@ -540,19 +551,24 @@ AI __m512 step_scale(const ink_mat *W, size_t base, int c, int n)
     return _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
 }
 
-/* NVFP4 scales of the 64-element step at c: 4 lanes per 16-group, e4m3 / 2 (0 past n) */
+/* NVFP4 scales of the 64-element step at c: 4 lanes per 16-group, e4m3 / 2 (0 past n), by bit
+ * assembly in vector lanes (normal: (x & 0x7f) << 20 + 120 << 23; subnormal: m * 2^-9; as e4m3()
+ * except that the NaN code 0x7f is not special-cased) */
 AI __m512 step_scale_nv(const ink_mat *W, int o, int c, int n)
 {
     const uint8_t *sc = (const uint8_t *)W->scales + (size_t)o * W->sstride + c / 16;
-    float s[4];
-    for (int i = 0; i < 4; i++) s[i] = i < n / 16 ? 0.5f * e4m3(sc[i]) : 0.0f;
-    __m512 v = _mm512_castps128_ps512(_mm_set1_ps(s[0]));
-    v = _mm512_insertf32x4(v, _mm_set1_ps(s[1]), 1);
-    v = _mm512_insertf32x4(v, _mm_set1_ps(s[2]), 2);
-    return _mm512_insertf32x4(v, _mm_set1_ps(s[3]), 3);
+    __m128i x = _mm_cvtepu8_epi32(_mm_maskz_loadu_epi8((__mmask16)(n == 64 ? 0xf : 0x3), sc));
+    __m128i mag = _mm_add_epi32(_mm_slli_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7f)), 20), _mm_set1_epi32(120 << 23));
+    __m128 sub = _mm_mul_ps(_mm_cvtepi32_ps(_mm_and_si128(x, _mm_set1_epi32(7))), _mm_set1_ps(0.001953125f));
+    __mmask8 isn = _mm_test_epi32_mask(x, _mm_set1_epi32(0x78)); /* exponent != 0 */
+    __m128 v = _mm_mask_blend_ps(isn, sub, _mm_castsi128_ps(mag));
+    v = _mm_or_ps(v, _mm_castsi128_ps(_mm_slli_epi32(_mm_and_si128(x, _mm_set1_epi32(0x80)), 24)));
+    v = _mm_mul_ps(v, _mm_set1_ps(0.5f));
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
 }
 
-/* bits 0: NVFP4 (signed codes: |code| by q with code's sign, no bias term, gscale at the end) */
+/* bits 0: NVFP4 (codes 2 e2m1 + 12, less 12 sum(q); no bias term; gscale at the end) */
 AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0, float *y, int ldy, const int NR,
                const int NT)
 {
@@ -565,6 +581,8 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) a[r][t] = _mm512_setzero_ps();
     }
+    __m512i perm = _mm512_setzero_si512(), ctrl = _mm512_setzero_si512();
+    if (bits != 0 && bits != 4 && bits != 8) codes64_consts(bits, &perm, &ctrl);
     for (int c = 0; c < K; c += 64) {
         int n = K - c >= 64 ? 64 : 32;
         __m512i code[NRM];
@@ -573,26 +591,22 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
         for (int r = 0; r < NR; r++) {
             const int wb = bits ? bits : 4;
             if ((c * wb / 8) % 64 == 0) pf_ahead(row[r] + (size_t)c * wb / 8);
-            code[r] = codes64(bits, row[r], c, n);
+            code[r] = codes64(bits, row[r], c, n, perm, ctrl);
             sv[r] = bits ? step_scale(W, (size_t)(o0 + r) * W->sstride, c, n) : step_scale_nv(W, o0 + r, c, n);
-        }
-        __mmask64 neg[NRM];
-        if (bits == 0) {
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) neg[r] = _mm512_movepi8_mask(code[r]), code[r] = _mm512_abs_epi8(code[r]);
         }
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             __m512i q = _mm512_loadu_si512(qx->q[t0 + t] + c);
             __m512 dv = _mm512_loadu_ps(qx->dv[t0 + t] + c / 4);
-            /* 8-bit: codes are used as code - 128 (as in every set): start each lane at -128 sum(q) */
-            __m512i z = bits == 8 ? _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), q))
-                                  : _mm512_setzero_si512();
+            /* codes offset by z0 (8-bit: used as code - 128, as in every set; NVFP4: stored + 12): each
+             * lane starts at -z0 sum(q) */
+            __m512i z = bits == 8 || bits == 0
+                            ? _mm512_sub_epi32(_mm512_setzero_si512(),
+                                               _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)(bits ? 0x80 : 12)), q))
+                            : _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
-                __m512i qr = bits ? q : _mm512_mask_sub_epi8(q, neg[r], _mm512_setzero_si512(), q);
-                __m512 li = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, code[r], qr));
+                __m512 li = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, code[r], q));
                 a[r][t] = _mm512_fmadd_ps(li, _mm512_mul_ps(sv[r], dv), a[r][t]);
             }
         }
