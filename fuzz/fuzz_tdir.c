@@ -84,7 +84,7 @@ int ink_fuzz_tdir(const uint8_t *data, size_t n)
         if (info.supported && info.reason[0]) fz_fail("supported but with a reason: %s", info.reason);
         if (info.supported) {
             ink_model *m = NULL;
-            ink_model_opts mo = {1};
+            ink_model_opts mo = {.n_threads = 1};
             ink_err e2 = {0};
             if (ink_model_open(&m, dir, &mo, &e2) == INK_OK) {
                 if (ink_model_n_vocab(m) <= 0 || ink_model_n_embd(m) <= 0) fz_fail("opened model without a size");

@@ -56,9 +56,23 @@ const char *ink_status_str(int code);
 
 typedef struct ink_model ink_model;
 
+/* Activations of the matmuls on quantized weights (MLX affine 2..8 bit, NVFP4). Float weights
+ * (f32/bf16/f16) always use f32 activations. */
+enum ink_activations {
+    INK_ACT_AUTO = 0, /* int8 activations for integer (quantized) weights, f32 for float weights */
+    INK_ACT_F32 = 1,  /* f32 activations everywhere: matches a dequantized-f32 twin to float rounding */
+    INK_ACT_INT8 = 2, /* int8 activations for quantized weights (the same as AUTO today) */
+};
+
 typedef struct ink_model_opts {
-    int n_threads; /* compute threads; <= 0 means the number of online cores */
+    int n_threads;   /* compute threads; <= 0 means the number of online cores */
+    int activations; /* enum ink_activations (0: AUTO) */
 } ink_model_opts;
+
+/* Parses "auto", "f32" or "int8" into an enum ink_activations; -1 for anything else. */
+int ink_activations_parse(const char *s);
+/* "auto", "f32" or "int8" (static string; NULL for an invalid value). */
+const char *ink_activations_name(int a);
 
 /* Opens the checkpoint in directory `dir` (config.json + safetensors, sharded or not). Weights are
  * mmapped, never copied (small vectors such as norms are widened to f32). On success the caller
@@ -105,6 +119,8 @@ const ink_model_info *ink_model_get_info(const ink_model *m);
 int ink_model_n_vocab(const ink_model *m);  /* unpadded vocab: length of a logits row */
 int ink_model_n_embd(const ink_model *m);   /* hidden size H */
 int ink_model_n_threads(const ink_model *m);
+/* 1 when the model's quantized matmuls use int8 activations (the resolved ink_model_opts.activations). */
+int ink_model_int8_activations(const ink_model *m);
 
 /* ---- session ---------------------------------------------------------------------------- */
 

@@ -43,7 +43,7 @@ static ink_model *open_model(void)
 {
     ink_model *m = NULL;
     ink_err e = {0};
-    ink_model_opts o = {2};
+    ink_model_opts o = {.n_threads = 2};
     if (ink_model_open(&m, DIR, &o, &e)) fprintf(stderr, "open %s: %s\n", DIR, e.msg);
     assert_non_null(m);
     return m;

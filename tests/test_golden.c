@@ -30,7 +30,7 @@ static int setup(void **state, const char *dir)
     gcase *g = calloc(1, sizeof *g);
     g->dir = dir;
     ink_err e = {0};
-    ink_model_opts o = {2};
+    ink_model_opts o = {.n_threads = 2};
     if (ink_model_open(&g->m, dir, &o, &e)) {
         fprintf(stderr, "open %s: %s\n", dir, e.msg);
         free(g);

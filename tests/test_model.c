@@ -24,7 +24,7 @@ static ink_model *open_spec(const tiny_spec *sp, int threads, char *dir, size_t 
     if (tiny_write(dir, sp)) return NULL;
     ink_model *m = NULL;
     ink_err e = {0};
-    ink_model_opts o = {threads};
+    ink_model_opts o = {.n_threads = threads};
     if (ink_model_open(&m, dir, &o, &e)) fprintf(stderr, "open %s: %s\n", dir, e.msg);
     return m;
 }

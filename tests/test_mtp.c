@@ -27,7 +27,7 @@ static ink_model *open_dir(const char *dir, int threads)
 {
     ink_model *m = NULL;
     ink_err e = {0};
-    ink_model_opts o = {threads};
+    ink_model_opts o = {.n_threads = threads};
     if (ink_model_open(&m, dir, &o, &e)) fprintf(stderr, "open %s: %s\n", dir, e.msg);
     return m;
 }

@@ -30,13 +30,16 @@ static void qspec(tiny_spec *sp)
     sp->q8_match = "down_proj", sp->qskip_match = "wr_du";
 }
 
-static ink_model *open_dir(const char *dir, int threads, ink_err *e)
+static ink_model *open_act(const char *dir, int threads, int act, ink_err *e)
 {
     ink_model *m = NULL;
-    ink_model_opts o = {threads};
+    ink_model_opts o = {.n_threads = threads, .activations = act};
     if (ink_model_open(&m, dir, &o, e)) return NULL;
     return m;
 }
+
+/* f32 activations: the path that matches the dequantized twin to 1e-4 */
+static ink_model *open_dir(const char *dir, int threads, ink_err *e) { return open_act(dir, threads, INK_ACT_F32, e); }
 
 static ink_model *write_open(const tiny_spec *sp, const char *tag, char *dir, size_t n)
 {
@@ -232,12 +235,12 @@ static void test_quant_greedy_invariant(void **state)
     assert_int_equal(tu_tmpdir(d, sizeof d, "qinv"), 0);
     assert_int_equal(tiny_write(d, &sp), 0);
     for (int int8 = 0; int8 < 2; int8++) {
-        ink_kernels_set_int8(int8);
         float *ref = NULL;
         for (int th = 1; th <= 3; th++) {
             ink_err e = {0};
-            ink_model *m = open_dir(d, th, &e);
+            ink_model *m = open_act(d, th, int8 ? INK_ACT_AUTO : INK_ACT_F32, &e);
             assert_non_null(m);
+            assert_int_equal(ink_model_int8_activations(m), int8);
             int V = ink_model_n_vocab(m), T = 12;
             int32_t ids[12];
             prompt(ids, T, V, 5);
@@ -261,7 +264,6 @@ static void test_quant_greedy_invariant(void **state)
         }
         free(ref);
     }
-    ink_kernels_set_int8(0);
 }
 
 int main(void)

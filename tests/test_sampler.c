@@ -92,7 +92,7 @@ static void test_penalised_greedy_invariant(void **state)
     (void)state;
     ink_model *m;
     ink_err e = {0};
-    ink_model_opts o1 = {1};
+    ink_model_opts o1 = {.n_threads = 1};
     assert_int_equal(ink_model_open(&m, "tests/data/golden/tiny-moe", &o1, &e), 0);
     ink_drafter *d;
     assert_int_equal(ink_drafter_open(&d, m, "tests/data/golden/tiny-moe/drafter-fit", &e), 0);
@@ -127,7 +127,7 @@ static void test_vocab_limit_and_stop_ids(void **state)
     (void)state;
     ink_model *m;
     ink_err e = {0};
-    ink_model_opts o1 = {1};
+    ink_model_opts o1 = {.n_threads = 1};
     assert_int_equal(ink_model_open(&m, "tests/data/golden/tiny-moe", &o1, &e), 0);
     ink_drafter *d;
     assert_int_equal(ink_drafter_open(&d, m, "tests/data/golden/tiny-moe", &e), 0);

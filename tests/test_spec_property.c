@@ -144,7 +144,7 @@ static ink_model *open_dir(const char *dir)
 {
     ink_model *m = NULL;
     ink_err e = {0};
-    ink_model_opts o = {1};
+    ink_model_opts o = {.n_threads = 1};
     if (ink_model_open(&m, dir, &o, &e)) fprintf(stderr, "open %s: %s\n", dir, e.msg);
     return m;
 }

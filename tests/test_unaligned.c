@@ -40,7 +40,7 @@ static ink_model *write_open(const tiny_spec *sp, const char *tag, char *dir, si
     assert_int_equal(tiny_write(dir, sp), 0);
     ink_err e = {0};
     ink_model *m = NULL;
-    ink_model_opts o = {2};
+    ink_model_opts o = {.n_threads = 2};
     if (ink_model_open(&m, dir, &o, &e)) fail_msg("open %s: %s", dir, e.msg);
     return m;
 }
@@ -159,7 +159,7 @@ static void test_header_only(void **state)
     ink_model *full = write_open(&sp, "ua-hdr", dir, sizeof dir);
     ink_model *h = NULL;
     ink_err e = {0};
-    ink_model_opts o = {1};
+    ink_model_opts o = {.n_threads = 1};
     if (ink_model_open_headers(&h, dir, &o, &e)) fail_msg("open headers: %s", e.msg);
     for (int i = 0; i < h->td.n_files; i++) assert_null(h->td.files[i].map);
     assert_true(h->info.n_params > 0);

@@ -61,6 +61,7 @@ static const kind kinds[] = {
     {"f32", INK_DT_F32, 0, 0, 0},          {"bf16", INK_DT_BF16, 0, 0, 0},       {"f16", INK_DT_F16, 0, 0, 0},
     {"q8g64", INK_QT_AFFINE, 8, 64, 0},    {"q4g64", INK_QT_AFFINE, 4, 64, 0},   {"q3g64", INK_QT_AFFINE, 3, 64, 0},
     {"nvfp4", INK_QT_NVFP4, 4, 16, 0},     {"q8g64-i8", INK_QT_AFFINE, 8, 64, 1}, {"q4g64-i8", INK_QT_AFFINE, 4, 64, 1},
+    {"q3g64-i8", INK_QT_AFFINE, 3, 64, 1}, {"nvfp4-i8", INK_QT_NVFP4, 4, 16, 1},
 };
 
 #define NK 4096
@@ -77,7 +78,8 @@ static int mset_make(mset *s, const kind *k, size_t budget)
 {
     memset(s, 0, sizeof *s);
     ink_mat proto = {.dtype = k->dtype, .rows = NK, .cols = NK, .bits = k->bits, .group = k->group,
-                     .sdtype = k->dtype == INK_QT_NVFP4 ? INK_DT_F8_E4M3 : INK_DT_BF16, .gscale = 0.01f};
+                     .sdtype = k->dtype == INK_QT_NVFP4 ? INK_DT_F8_E4M3 : INK_DT_BF16, .gscale = 0.01f,
+                     .int8 = k->int8};
     size_t rowb = k->dtype == INK_DT_F32 ? NK * 4 : k->dtype < INK_QT_AFFINE ? NK * 2 : (size_t)NK * k->bits / 8;
     size_t G = k->group ? NK / (size_t)k->group : 0;
     size_t per = rowb * NK, sper = G * NK;
@@ -194,7 +196,7 @@ static json_t *bench_model(const char *dir, int threads, double bw, double peak,
 {
     ink_model *m = NULL;
     ink_err e = {0};
-    ink_model_opts o = {threads};
+    ink_model_opts o = {.n_threads = threads};
     long rss0 = rss_kb();
     if (ink_model_open(&m, dir, &o, &e)) {
         fprintf(stderr, "bench: %s: %s\n", dir, e.msg);
@@ -276,7 +278,7 @@ static json_t *bench_model(const char *dir, int threads, double bw, double peak,
     double pred[11];
     double p1 = 0;
     for (int K = 1; K <= Kmax; K++) {
-        double U = E * (1 - pow(1 - k / E, K));
+        double U = E > 0 && nmoe > 0 ? E * (1 - pow(1 - k / E, K)) : 0; /* all-dense: no expert term (was 0 x NaN) */
         double bytes = sb + nmoe * U * eb;
         double t = fmax(bytes / (bw * 1e9), K * flops1 / (peak * 1e9));
         if (K == 1) p1 = t;
@@ -428,7 +430,6 @@ int cmd_bench(int argc, char **argv)
             mset_free(&ms);
             continue;
         }
-        ink_kernels_set_int8(k->int8);
         double bpw = (double)ms.bytes / ((double)ms.n * NK * NK); /* bytes per weight */
         for (int ti = 0; ti < ntc; ti++) {
             double t = time_pass(pools[ti], &ms, ms.n, x, y, 1, reps);
@@ -459,7 +460,6 @@ int cmd_bench(int argc, char **argv)
                 printf("\n");
             }
         }
-        ink_kernels_set_int8(0);
         mset_free(&ms);
     }
     ink_kernels_select(best_set);

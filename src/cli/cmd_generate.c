@@ -37,6 +37,7 @@ typedef struct gargs {
     int set_temp, set_top_k, set_top_p, set_min_p, set_rep, set_draft, set_block, set_dvocab;
     int raw, special, show_reasoning, stop_eos, capture; /* capture: 1 capture-and-commit, 0 restore + replay */
     int set_mtp_mode, set_rollback, check_tensors;
+    int activations; /* enum ink_activations (0: auto) */
 } gargs;
 
 static void defaults(gargs *a)
@@ -68,7 +69,7 @@ static void usage(FILE *f, const char *cmd)
             "            --frequency-penalty F  --presence-penalty P  --seed S  --stop-eos | --ignore-eos\n"
             "  drafting: --draft-kind none|mtp  --draft-model DIR  --draft-block-size K  --mtp-mode per-depth|compat\n"
             "            --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
-            "  model:    -t/--threads N  -c N  --check-tensors   (without -m: the bundled default model)\n",
+            "  model:    -t/--threads N  -c N  --check-tensors  --activations auto|f32|int8   (without -m: the bundled default model)\n",
             cmd);
 }
 
@@ -83,7 +84,13 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
         if (!strcmp(o, "-m") || !strcmp(o, "--model")) { VAL(); a->model = v; }
         else if (!strcmp(o, "--threads") || !strcmp(o, "-t")) INT(a->threads, 1, 256);
         else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) INT(a->n_ctx, 1, 1L << 30);
-        else if (!strcmp(o, "--prompt-ids")) { VAL(); a->ids = v; }
+        else if (!strcmp(o, "--activations")) {
+            VAL();
+            if ((a->activations = ink_activations_parse(v)) < 0) {
+                fprintf(stderr, "inkling %s: --activations must be auto, f32 or int8, found '%s'\n", cmd, v);
+                return 2;
+            }
+        } else if (!strcmp(o, "--prompt-ids")) { VAL(); a->ids = v; }
         else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) { VAL(); a->prompt = v; }
         else if (!strcmp(o, "-f") || !strcmp(o, "--file")) { VAL(); a->file = v; }
         else if (!strcmp(o, "--system")) { VAL(); a->system = v; }
@@ -382,7 +389,7 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     if (a->stats_path && arg_out_file("--stats-json", a->stats_path)) return 1;
     if (a->trace_path && arg_out_file("--trace", a->trace_path)) return 1;
     if (isatty(2)) fprintf(stderr, "loading %s ...\r", r->dir);
-    ink_model_opts mo = {(int)a->threads};
+    ink_model_opts mo = {.n_threads = (int)a->threads, .activations = a->activations};
     if (ink_model_open(&r->m, r->dir, &mo, &r->e)) return cli_fail(&r->e);
     if (a->check_tensors && ink_model_check_tensors(r->m, &r->e)) return cli_fail(&r->e);
     if (cfg_generation_eos(r->dir, ink_model_n_vocab(r->m))) return 1;

@@ -34,7 +34,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: inkling serve [-m DIR|OWNER/NAME] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--alias NAME]\n"
-            "         [-c N] [-t/--threads N] [--draft-kind none|mtp] [--draft-model DIR] [--draft-block-size K]\n"
+            "         [-c N] [-t/--threads N] [--activations auto|f32|int8] [--draft-kind none|mtp] [--draft-model DIR] [--draft-block-size K]\n"
             "         [--draft-vocab N] [--rollback commit|replay]\n"
             "         [--mtp-mode per-depth|compat] [--spec-default on|off] [-n N] [--temp T] [--top-k K]\n"
             "         [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--frequency-penalty F]\n"
@@ -84,6 +84,7 @@ int cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *draft_model = NULL, *effort = NULL;
     const char *draft_kind = "none", *mtp_mode = "per-depth", *hold = NULL;
+    int act = INK_ACT_AUTO;
     long port = 8080, threads = 0, n_ctx = 0, block = 0, dvocab = 0, replay = 0, queue = 8, max_conn = 64, timeout = 120, n_predict = -1;
     long top_k = 40, seed = 0, last_n = 64, body_limit = 8L << 20;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, freq = 0.0, pres = 0.0, ping = 15;
@@ -111,7 +112,13 @@ int cmd_serve(int argc, char **argv)
             alias = v;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) INT(1, 256, threads);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) INT(1, 1L << 30, n_ctx);
-        else if (!strcmp(a, "--draft-kind") || !strcmp(a, "--spec-type")) {
+        else if (!strcmp(a, "--activations")) {
+            VAL();
+            if ((act = ink_activations_parse(v)) < 0) {
+                fprintf(stderr, "inkling serve: --activations must be auto, f32 or int8, found '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--draft-kind") || !strcmp(a, "--spec-type")) {
             VAL();
             if (!strcmp(v, "draft-mtp")) v = "mtp";
             if (strcmp(v, "none") && strcmp(v, "mtp")) {
@@ -240,6 +247,7 @@ int cmd_serve(int argc, char **argv)
     o.draft = !strcmp(draft_kind, "mtp"), o.draft_dir = draft_model, o.spec_default = spec_default;
     o.draft_vocab = (int)dvocab, o.rollback_replay = (int)replay;
     o.block_size = (int)block, o.mtp_mode = !strcmp(mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
+    o.activations = act;
     o.n_threads = (int)threads, o.n_ctx = (int)n_ctx, o.queue_max = (int)queue, o.body_max = (size_t)body_limit;
     o.ping_s = ping, o.max_conn = (int)max_conn, o.timeout_s = (int)timeout, o.default_max_tokens = (int)n_predict;
     o.sampling = (ink_sampling){.temp = (float)temp, .top_k = (int)top_k, .top_p = (float)top_p, .min_p = (float)min_p,

@@ -1,7 +1,8 @@
 /* kern_avx2.c — the AVX2 + FMA + F16C kernel set (x86-64). Compiled for those extensions with a
  * target pragma and only called after the runtime CPU check in kernels.c.
  *
- * Tiles: float views 4 rows x 3 tokens, affine/NVFP4 2 rows x 4 tokens, int8 path 1 row x 4 tokens;
+ * Tiles: float views 4 rows x 3 tokens, affine/NVFP4 2 rows x 4 tokens, int8 path 1 row x 4 tokens
+ * (affine every width, NVFP4);
  * for T > 16 (prefill) the float and quantized paths also block the reduction axis (512) and keep
  * the lane accumulators in a stack buffer between blocks. Per element the operation sequence is the
  * one of kernels.h (lanes in k order, fixed combination, ordered tail), whatever the tiling. */
@@ -358,11 +359,18 @@ static void avx2_rows(const ink_mat *W, const float *x, int ldx, int T, float *y
     }
 }
 
-/* ---- int8 activations (affine 4 / 8 bit) -------------------------------------------------- */
+/* ---- int8 activations (affine, NVFP4) ---------------------------------------------------- */
 
+/* 32 codes from element c as bytes in element order: 8-bit as signed code - 128, the others as
+ * unsigned codes (at most 63, so vpmaddubsw cannot saturate). */
 AI __m256i codes32(const int bits, const uint8_t *row, int c)
 {
     if (bits == 8) return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(row + c)), _mm256_set1_epi8((char)0x80));
+    if (bits != 4) {
+        uint8_t u[32];
+        for (int i = 0; i < 32; i += 8) ink_unpack8(row, c + i, bits, u + i);
+        return _mm256_loadu_si256((const __m256i *)u);
+    }
     __m128i v = _mm_loadu_si128((const __m128i *)(row + c / 2));
     __m128i m = _mm_set1_epi8(15);
     __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
@@ -425,13 +433,67 @@ AI void i8tile(const int bits, const ink_mat *W, int o, const ink_qx *qx, int t0
         default: i8tile(B, W, o, qx, t0, y, ldy, 4); break;                                                       \
         }                                                                                                         \
     }
+I8_FN(2)
+I8_FN(3)
 I8_FN(4)
+I8_FN(5)
+I8_FN(6)
 I8_FN(8)
+
+/* NVFP4: 32 codes as signed bytes 2 * e2m1 (-12 .. 12) by one table lookup per nibble; per 32-block
+ * the eight 4-element partial sums are scaled by [s(c/16) x4, s(c/16+1) x4] * d, s = e4m3 / 2. */
+AI void n8tile(const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int ldy, const int NT)
+{
+    const uint8_t *row = (const uint8_t *)W->data + (size_t)o * W->stride;
+    const uint8_t *sc = (const uint8_t *)W->scales + (size_t)o * W->sstride;
+    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i m15 = _mm_set1_epi8(15);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int c = 0; c < W->cols; c += 32) {
+        _mm_prefetch((const char *)row + c / 2 + 512, _MM_HINT_T0);
+        __m128i v = _mm_loadu_si128((const __m128i *)(row + c / 2));
+        __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(v, m15));
+        __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(v, 4), m15));
+        __m256i code = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+        __m256i ac = _mm256_abs_epi8(code);
+        __m256 sv = _mm256_set_m128(_mm_set1_ps(0.5f * e4m3(sc[c / 16 + 1])), _mm_set1_ps(0.5f * e4m3(sc[c / 16])));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qx->q[t0 + t] + c));
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ac, _mm256_sign_epi8(q, code)), _mm256_set1_epi16(1));
+            __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(qx->d[t0 + t][c / 32]));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sd, acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o] = hsum8(acc[t]) * W->gscale;
+}
+
+static void n8tile_fn(const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int ldy, int nt)
+{
+    switch (nt) {
+    case 1: n8tile(W, o, qx, t0, y, ldy, 1); break;
+    case 2: n8tile(W, o, qx, t0, y, ldy, 2); break;
+    case 3: n8tile(W, o, qx, t0, y, ldy, 3); break;
+    default: n8tile(W, o, qx, t0, y, ldy, 4); break;
+    }
+}
 
 static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)
 {
     ink_qx qx; /* 320 KiB on the stack: no allocation on the hot path */
-    void (*f)(const ink_mat *, int, const ink_qx *, int, float *, int, int) = W->bits == 8 ? i8tile_8 : i8tile_4;
+    void (*f)(const ink_mat *, int, const ink_qx *, int, float *, int, int);
+    switch (W->dtype == INK_QT_NVFP4 ? 0 : W->bits) {
+    case 0: f = n8tile_fn; break;
+    case 2: f = i8tile_2; break;
+    case 3: f = i8tile_3; break;
+    case 5: f = i8tile_5; break;
+    case 6: f = i8tile_6; break;
+    case 8: f = i8tile_8; break;
+    default: f = i8tile_4; break;
+    }
     for (int t0 = 0; t0 < T; t0 += INK_QX_TILE) {
         int nt = T - t0 < INK_QX_TILE ? T - t0 : INK_QX_TILE;
         ink_qx_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols);

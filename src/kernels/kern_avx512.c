@@ -14,7 +14,8 @@
  *   2/3/5/6-bit: vpermb gathers the bytes of each lane pair, vpmultishiftqb aligns, then a table
  *     (2, 3 bits) or convert + fma (5, 6 bits);
  *   8-bit: zero-extend, convert, fma.
- * int8 activations (affine 4 / 8 bit): vpdpbusd of unsigned codes by int8 activations (64 per step,
+ * int8 activations (affine every width; NVFP4 as 2 e2m1 + 12, less 12 sum(q)): vpdpbusd of
+ * unsigned codes by int8 activations (64 per step,
  * the same quantized activations as every other set), scaled per 32-block by d and per group by s;
  * the bias term b * sum(x) is a separate 16-group dot product per row. vdpbf16ps is not used: it
  * would round f32 activations to bf16. */
@@ -454,7 +455,7 @@ static void avx512_rows(const ink_mat *W, const float *x, int ldx, int T, float 
     }
 }
 
-/* ---- int8 activations (affine 4 / 8 bit), VNNI -------------------------------------------- */
+/* ---- int8 activations (affine, NVFP4), VNNI -------------------------------------------- */
 
 #define QXK (INK_QX_MAXK + 64)
 
@@ -502,9 +503,35 @@ static void qx512_fill(qx512 *qx, const float *x, int ldx, int nt, int k, int gs
     }
 }
 
-/* 64 codes from element c (n = 64 or 32 valid) as unsigned bytes in element order */
-AI __m512i codes64(const int bits, const uint8_t *row, int c, int n)
+/* vpermb / vpmultishiftqb constants of codes64 for bits 2, 3, 5, 6: output qword m (codes 8m .. 8m+7)
+ * takes row bytes m*bits .. m*bits+7, byte j shifted by j*bits */
+AI void codes64_consts(int bits, __m512i *perm, __m512i *ctrl)
 {
+    uint8_t p[64], cb[64];
+    for (int m = 0; m < 8; m++)
+        for (int j = 0; j < 8; j++) p[8 * m + j] = (uint8_t)(m * bits + j), cb[8 * m + j] = (uint8_t)(j * bits);
+    *perm = _mm512_loadu_si512(p);
+    *ctrl = _mm512_loadu_si512(cb);
+}
+
+/* 64 codes from element c (n = 64 or 32 valid) as unsigned bytes in element order (bits 0: NVFP4 as
+ * 2 * e2m1 + 12, 0 .. 24; the caller subtracts 12 sum(q)) */
+AI __m512i codes64(const int bits, const uint8_t *row, int c, int n, __m512i perm, __m512i ctrl)
+{
+    if (bits == 0) {
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+        __m256i v = n == 64 ? _mm256_loadu_si256((const __m256i *)(row + c / 2))
+                            : _mm256_maskz_loadu_epi8(0xffffu, row + c / 2);
+        __m512i d = _mm512_cvtepu32_epi64(v);
+        d = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x1c1814100c080400ll), d);
+        return _mm512_shuffle_epi8(lut, _mm512_and_si512(d, _mm512_set1_epi8(15)));
+    }
+    if (bits != 4 && bits != 8) {
+        __mmask64 m = (__mmask64)((1ull << ((n == 64 ? 8 : 4) * bits)) - 1);
+        __m512i v = _mm512_maskz_loadu_epi8(m, row + (size_t)c / 8 * (size_t)bits);
+        __m512i d = _mm512_multishift_epi64_epi8(ctrl, _mm512_permutexvar_epi8(perm, v));
+        return _mm512_and_si512(d, _mm512_set1_epi8((char)((1 << bits) - 1)));
+    }
     if (bits == 8)
         return n == 64 ? _mm512_loadu_si512(row + c) : _mm512_maskz_loadu_epi8(0xffffffffull, row + c);
     __m256i v = n == 64 ? _mm256_loadu_si256((const __m256i *)(row + c / 2))
@@ -524,6 +551,24 @@ AI __m512 step_scale(const ink_mat *W, size_t base, int c, int n)
     return _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
 }
 
+/* NVFP4 scales of the 64-element step at c: 4 lanes per 16-group, e4m3 / 2 (0 past n), by bit
+ * assembly in vector lanes (normal: (x & 0x7f) << 20 + 120 << 23; subnormal: m * 2^-9; as e4m3()
+ * except that the NaN code 0x7f is not special-cased) */
+AI __m512 step_scale_nv(const ink_mat *W, int o, int c, int n)
+{
+    const uint8_t *sc = (const uint8_t *)W->scales + (size_t)o * W->sstride + c / 16;
+    __m128i x = _mm_cvtepu8_epi32(_mm_maskz_loadu_epi8((__mmask16)(n == 64 ? 0xf : 0x3), sc));
+    __m128i mag = _mm_add_epi32(_mm_slli_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7f)), 20), _mm_set1_epi32(120 << 23));
+    __m128 sub = _mm_mul_ps(_mm_cvtepi32_ps(_mm_and_si128(x, _mm_set1_epi32(7))), _mm_set1_ps(0.001953125f));
+    __mmask8 isn = _mm_test_epi32_mask(x, _mm_set1_epi32(0x78)); /* exponent != 0 */
+    __m128 v = _mm_mask_blend_ps(isn, sub, _mm_castsi128_ps(mag));
+    v = _mm_or_ps(v, _mm_castsi128_ps(_mm_slli_epi32(_mm_and_si128(x, _mm_set1_epi32(0x80)), 24)));
+    v = _mm_mul_ps(v, _mm_set1_ps(0.5f));
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+}
+
+/* bits 0: NVFP4 (codes 2 e2m1 + 12, less 12 sum(q); no bias term; gscale at the end) */
 AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0, float *y, int ldy, const int NR,
                const int NT)
 {
@@ -536,26 +581,42 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) a[r][t] = _mm512_setzero_ps();
     }
+    __m512i perm = _mm512_setzero_si512(), ctrl = _mm512_setzero_si512();
+    if (bits != 0 && bits != 4 && bits != 8) codes64_consts(bits, &perm, &ctrl);
     for (int c = 0; c < K; c += 64) {
         int n = K - c >= 64 ? 64 : 32;
         __m512i code[NRM];
         __m512 sv[NRM];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            if ((c * bits / 8) % 64 == 0) pf_ahead(row[r] + (size_t)c * bits / 8);
-            code[r] = codes64(bits, row[r], c, n);
-            sv[r] = step_scale(W, (size_t)(o0 + r) * W->sstride, c, n);
+            const int wb = bits ? bits : 4;
+            if ((c * wb / 8) % 64 == 0) pf_ahead(row[r] + (size_t)c * wb / 8);
+            code[r] = codes64(bits, row[r], c, n, perm, ctrl);
+            sv[r] = bits ? step_scale(W, (size_t)(o0 + r) * W->sstride, c, n) : step_scale_nv(W, o0 + r, c, n);
         }
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             __m512i q = _mm512_loadu_si512(qx->q[t0 + t] + c);
             __m512 dv = _mm512_loadu_ps(qx->dv[t0 + t] + c / 4);
+            /* codes offset by z0 (8-bit: used as code - 128, as in every set; NVFP4: stored + 12): each
+             * lane starts at -z0 sum(q) */
+            __m512i z = bits == 8 || bits == 0
+                            ? _mm512_sub_epi32(_mm512_setzero_si512(),
+                                               _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)(bits ? 0x80 : 12)), q))
+                            : _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
-                __m512 li = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), code[r], q));
+                __m512 li = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, code[r], q));
                 a[r][t] = _mm512_fmadd_ps(li, _mm512_mul_ps(sv[r], dv), a[r][t]);
             }
         }
+    }
+    if (bits == 0) {
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o0 + r] = hsum16(a[r][t]) * W->gscale;
+        return;
     }
     /* bias term: sum_g b[g] * sum(x over g), 16 groups at a time */
     int G = K / W->group;
@@ -567,6 +628,7 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
         for (int t = 0; t < NT; t++) bt[t] = _mm512_setzero_ps();
         for (int g = 0; g < G; g += 16) {
             __m512 bv = scales16(W->biases, W->sdtype, base + (size_t)g, G - g);
+            if (bits == 8) bv = _mm512_fmadd_ps(_mm512_set1_ps(128.0f), scales16(W->scales, W->sdtype, base + (size_t)g, G - g), bv);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) bt[t] = _mm512_fmadd_ps(bv, _mm512_loadu_ps(qx->xs[t0 + t] + g), bt[t]);
         }
@@ -580,18 +642,37 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
     {                                                                                                             \
         TILE_CASES(I8C_##B)                                                                                       \
     }
+#define I8C_0(NR_, NT_) i8tile(0, W, o0, qx, t0, y, ldy, NR_, NT_)
+#define I8C_2(NR_, NT_) i8tile(2, W, o0, qx, t0, y, ldy, NR_, NT_)
+#define I8C_3(NR_, NT_) i8tile(3, W, o0, qx, t0, y, ldy, NR_, NT_)
 #define I8C_4(NR_, NT_) i8tile(4, W, o0, qx, t0, y, ldy, NR_, NT_)
+#define I8C_5(NR_, NT_) i8tile(5, W, o0, qx, t0, y, ldy, NR_, NT_)
+#define I8C_6(NR_, NT_) i8tile(6, W, o0, qx, t0, y, ldy, NR_, NT_)
 #define I8C_8(NR_, NT_) i8tile(8, W, o0, qx, t0, y, ldy, NR_, NT_)
+I8_FN(0)
+I8_FN(2)
+I8_FN(3)
 I8_FN(4)
+I8_FN(5)
+I8_FN(6)
 I8_FN(8)
 
 static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)
 {
     qx512 qx; /* ~580 KiB on the stack: no allocation on the hot path */
-    void (*f)(const ink_mat *, int, const qx512 *, int, float *, int, int, int) = W->bits == 8 ? i8tile_8 : i8tile_4;
+    void (*f)(const ink_mat *, int, const qx512 *, int, float *, int, int, int);
+    switch (W->dtype == INK_QT_NVFP4 ? 0 : W->bits) {
+    case 0: f = i8tile_0; break;
+    case 2: f = i8tile_2; break;
+    case 3: f = i8tile_3; break;
+    case 5: f = i8tile_5; break;
+    case 6: f = i8tile_6; break;
+    case 8: f = i8tile_8; break;
+    default: f = i8tile_4; break;
+    }
     for (int t0 = 0; t0 < T; t0 += INK_QX_TILE) {
         int nt = T - t0 < INK_QX_TILE ? T - t0 : INK_QX_TILE;
-        qx512_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols, W->group);
+        qx512_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols, W->dtype == INK_QT_NVFP4 ? 32 : W->group);
         for (int o = r0; o < r1; o += NRM) {
             int nr = r1 - o < NRM ? r1 - o : NRM;
             for (int t = 0; t < nt; t += NTM)

@@ -8,6 +8,7 @@
 #include "kernels/kernels.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #define INK_QX_MAXK 16384 /* widest reduction the int8 path takes (wider: f32 path) */
 #define INK_QX_TILE 16    /* tokens quantized at a time */
@@ -24,10 +25,27 @@ typedef struct ink_qx {
  * kernel set, so the int8 path differs between sets only in float accumulation rounding. */
 void ink_qx_fill(ink_qx *qx, const float *x, int ldx, int nt, int k);
 
-/* Does the int8 path apply to W? (affine 4 or 8 bits, cols a multiple of 32 and <= INK_QX_MAXK) */
+/* Does the int8 path apply to W? (affine or NVFP4, cols a multiple of 32 and <= INK_QX_MAXK) */
 static inline int ink_int8_ok(const ink_mat *W)
 {
-    return W->dtype == INK_QT_AFFINE && (W->bits == 4 || W->bits == 8) && W->cols % 32 == 0 && W->cols <= INK_QX_MAXK;
+    return (W->dtype == INK_QT_AFFINE || W->dtype == INK_QT_NVFP4) && W->cols % 32 == 0 && W->cols <= INK_QX_MAXK;
+}
+
+/* 8 affine codes of `bits` bits starting at element c (c % 8 == 0): they fill exactly `bits` bytes.
+ * Unaligned-safe (memcpy). */
+static inline void ink_unpack8(const uint8_t *row, int c, int bits, uint8_t out[8])
+{
+    uint64_t v = 0;
+    memcpy(&v, row + (size_t)c / 8 * (size_t)bits, (size_t)bits); /* little-endian hosts only (as formats.md) */
+    uint64_t m = (1u << bits) - 1u;
+    for (int i = 0; i < 8; i++) out[i] = (uint8_t)(v >> (i * bits) & m);
+}
+
+/* 2 * e2m1 as a signed integer (-12 .. 12): the NVFP4 int8 path's weight code. */
+static inline int ink_e2m1_x2(unsigned c)
+{
+    static const int8_t mag[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+    return (c & 8) ? -mag[c & 7] : mag[c & 7];
 }
 
 static inline float ink_lanes_sum(const float a[8])

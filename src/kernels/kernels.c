@@ -138,6 +138,33 @@ void ink_qx_fill(ink_qx *qx, const float *x, int ldx, int nt, int k)
 
 #define ST 16 /* token tile of the scalar set */
 
+/* NVFP4 on int8 activations: per 32-block, eight 4-element integer partial sums of (2 e2m1) * q,
+ * each scaled by its 16-group's e4m3 / 2 times the block's d; gscale applied at the end. */
+static void scalar_rows_nvfp4_int8(const ink_mat *W, const ink_qx *qx, int nt, float *y, int ldy, int r0, int r1)
+{
+    int K = W->cols;
+    for (int o = r0; o < r1; o++) {
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)o * W->stride;
+        const uint8_t *sc = (const uint8_t *)W->scales + (size_t)o * W->sstride;
+        float acc[ST][8] = {{0}};
+        for (int c = 0; c < K; c += 32) {
+            int code[32];
+            for (int i = 0; i < 32; i++) code[i] = ink_e2m1_x2((unsigned)(row[(c + i) / 2] >> (4 * ((c + i) & 1))) & 15u);
+            float sg[2] = {0.5f * ink_e4m3_to_f32(sc[c / 16]), 0.5f * ink_e4m3_to_f32(sc[c / 16 + 1])};
+            for (int t = 0; t < nt; t++) {
+                const int8_t *q = qx->q[t] + c;
+                float d = qx->d[t][c / 32];
+                for (int j = 0; j < 8; j++) {
+                    int li = code[4 * j] * q[4 * j] + code[4 * j + 1] * q[4 * j + 1] + code[4 * j + 2] * q[4 * j + 2] +
+                             code[4 * j + 3] * q[4 * j + 3];
+                    acc[t][j] += (sg[j / 4] * d) * (float)li;
+                }
+            }
+        }
+        for (int t = 0; t < nt; t++) y[(size_t)t * ldy + o] = ink_lanes_sum(acc[t]) * W->gscale;
+    }
+}
+
 static void scalar_rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)
 {
     ink_qx qx; /* 320 KiB on the stack: no allocation on the hot path */
@@ -145,6 +172,10 @@ static void scalar_rows_int8(const ink_mat *W, const float *x, int ldx, int T, f
     for (int t0 = 0; t0 < T; t0 += ST) {
         int nt = T - t0 < ST ? T - t0 : ST;
         ink_qx_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, K);
+        if (W->dtype == INK_QT_NVFP4) {
+            scalar_rows_nvfp4_int8(W, &qx, nt, y + (size_t)t0 * ldy, ldy, r0, r1);
+            continue;
+        }
         for (int o = r0; o < r1; o++) {
             const uint8_t *row = (const uint8_t *)W->data + (size_t)o * W->stride;
             float acc[ST][8] = {{0}}, bsum[ST] = {0};
@@ -155,7 +186,11 @@ static void scalar_rows_int8(const ink_mat *W, const float *x, int ldx, int T, f
                 float gl[ST][8] = {{0}};
                 for (int c = g * gs; c < (g + 1) * gs; c += 32) {
                     int code[32];
-                    for (int i = 0; i < 32; i++) code[i] = (int)ink_affine_code(row, c + i, W->bits) - (q8 ? 128 : 0);
+                    for (int i = 0; i < 32; i += 8) {
+                        uint8_t u[8];
+                        ink_unpack8(row, c + i, W->bits, u);
+                        for (int e = 0; e < 8; e++) code[i + e] = (int)u[e] - (q8 ? 128 : 0);
+                    }
                     for (int t = 0; t < nt; t++) {
                         const int8_t *q = qx.q[t] + c;
                         float d = qx.d[t][c / 32];
@@ -335,7 +370,6 @@ const ink_kernels *ink_kernels_avx2(void)
 }
 
 static _Atomic(const ink_kernels *) active;
-static atomic_int use_int8;
 
 static const ink_kernels *best(void)
 {
@@ -356,8 +390,7 @@ const ink_kernels *ink_kernels_active(void)
 }
 
 void ink_kernels_select(const ink_kernels *k) { atomic_store(&active, k ? k : best()); }
-void ink_kernels_set_int8(int on) { atomic_store(&use_int8, on ? 1 : 0); }
-int ink_kernels_int8(void) { return atomic_load(&use_int8); }
+int ink_mat_int8(const ink_mat *W) { return W->int8 && ink_int8_ok(W); }
 
 /* ---- threaded driver ---------------------------------------------------------------------- */
 
@@ -381,7 +414,7 @@ static void mm_task(void *arg, int q0, int q1, int tid)
 void ink_matmul_k(const ink_kernels *k, ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y,
                   int ldy)
 {
-    mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_kernels_int8()};
+    mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_mat_int8(W)};
     /* Small problems are not worth waking the workers. */
     if ((long long)W->rows * W->cols * T < 32768) {
         k->rows(W, x, ldx, T, y, ldy, 0, W->rows, c.int8);

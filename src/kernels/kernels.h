@@ -19,10 +19,15 @@
  * contract above holds, with the set's own lane count: the AVX-512 set uses sixteen lanes in steps
  * of 16 (kern_avx512.c), the others the eight described above.
  *
- * Integer activations: with ink_kernels_set_int8(1) the affine 4- and 8-bit paths quantize each
- * activation row to int8 per block of 32 (symmetric, scale max|x|/127) and use integer dot products;
- * that is ~3x faster on CPUs without fast f32 dequantization, at an activation error of ~1e-3
- * relative. It is off by default (the f32 path matches a dequantized-f32 twin to 1e-6).
+ * Integer activations: a quantized view with `int8` set (the loader sets it from the model's
+ * ink_model_opts.activations; there is no process-wide switch) has each activation row quantized to
+ * int8 per block of 32 (symmetric, scale max|x|/127, the same code in every set: ink_qx_fill) and
+ * its dot products taken in integer: MLX affine of every width (codes 0 .. 2^b - 1 as unsigned
+ * bytes; 8-bit as code - 128 where a set needs signed bytes) and NVFP4 (2 * e2m1 is an integer in
+ * -12 .. 12; the block scale is halved). Every 4-element integer partial sum is exact, so the sets
+ * agree bitwise in the integer part and differ only in the float combination of those partial sums
+ * (block scale d, group scale s, lane order). The activation error is ~1e-3 relative; the f32 path
+ * (int8 = 0) matches a dequantized-f32 twin to 1e-6.
  */
 #ifndef INK_KERNELS_H
 #define INK_KERNELS_H
@@ -54,6 +59,7 @@ typedef struct ink_mat {
     size_t sstride;     /* quantized: scale elements between rows */
     const void *scales, *biases;
     float gscale;       /* NVFP4 per-matrix (per-expert) scale2; 1 otherwise */
+    int int8;           /* quantized: 1 = int8 activations (see above), 0 = f32; ignored for float views */
 } ink_mat;
 
 /* Bytes of one element of a float view or scale array of dtype dt (F32 4, F8_E4M3 / U8 1, else 2). */
@@ -116,15 +122,18 @@ const ink_kernels *ink_kernels_avx512(void);
 const ink_kernels *ink_kernels_neon(void);  /* NULL when not compiled in (no NEON set yet) */
 const ink_kernels *ink_kernels_active(void);
 void ink_kernels_select(const ink_kernels *k); /* NULL: back to the best available */
-void ink_kernels_set_int8(int on);             /* int8 activations for affine 4/8-bit weights */
-int ink_kernels_int8(void);
 
-/* y[t, o] = sum_i W[o, i] * x[t, i] for t < T, o < W->rows. x rows are ldx apart, y rows ldy. */
+/* y[t, o] = sum_i W[o, i] * x[t, i] for t < T, o < W->rows. x rows are ldx apart, y rows ldy.
+ * Int8 activations when W->int8 and the int8 path takes W (ink_mat_int8). */
 void ink_matmul(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy);
 /* The same with an explicit kernel set (tests and bench). */
 void ink_matmul_k(const ink_kernels *k, ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y,
                   int ldy);
-/* A sub-range of output rows [r0, r1) on the calling thread with the scalar reference set. */
+/* 1 when a matmul with W runs on int8 activations (W->int8, quantized, cols a multiple of 32 and at
+ * most 16384), 0 when on f32 activations. */
+int ink_mat_int8(const ink_mat *W);
+/* A sub-range of output rows [r0, r1) on the calling thread with the scalar reference set (f32
+ * activations whatever W->int8 says). */
 void ink_matmul_rows(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1);
 /* Row `r` of W dequantized / widened to f32 (exact: the value the format defines). */
 void ink_mat_row(const ink_mat *W, int r, float *out);

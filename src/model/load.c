@@ -170,7 +170,7 @@ static int bind_affine(ink_model *m, ink_tdir *td, const ink_tref *r, const ink_
     memset(out, 0, sizeof *out);
     out->m = (ink_mat){.dtype = INK_QT_AFFINE, .rows = rows, .cols = cols, .stride = (size_t)pw * 4, .data = d,
                        .bits = bits, .group = gs, .sdtype = ts->dtype, .sstride = (size_t)G, .scales = s, .biases = b,
-                       .gscale = 1.0f};
+                       .gscale = 1.0f, .int8 = m->act_int8};
     out->rowb = (size_t)pw * 4;
     out->estep_b = (size_t)rows * pw * 4;
     out->estep_s = (size_t)rows * G;
@@ -204,7 +204,7 @@ static int bind_nvfp4(ink_model *m, ink_tdir *td, const ink_tref *r, const ink_t
     memset(out, 0, sizeof *out);
     out->m = (ink_mat){.dtype = INK_QT_NVFP4, .rows = rows, .cols = cols, .stride = (size_t)cols / 2, .data = d,
                        .bits = 4, .group = 16, .sdtype = INK_DT_F8_E4M3, .sstride = (size_t)cols / 16, .scales = s,
-                       .gscale = g2[0]};
+                       .gscale = g2[0], .int8 = m->act_int8};
     out->rowb = (size_t)cols / 2;
     out->estep_b = (size_t)rows * cols / 2;
     out->estep_s = (size_t)rows * cols / 16;
@@ -782,6 +782,13 @@ static int model_open(ink_model **out, const char *dir, const ink_model_opts *op
     ink_model *m = calloc(1, sizeof *m);
     if (!m) return ink_err_set(err, INK_E_NOMEM, "out of memory");
     m->header_only = header_only;
+    int act = opts ? opts->activations : INK_ACT_AUTO;
+    if (!ink_activations_name(act)) {
+        free(m);
+        return ink_err_set(err, INK_E_INVAL, "activations: expected auto, f32 or int8 (%d, %d or %d), found %d",
+                           INK_ACT_AUTO, INK_ACT_F32, INK_ACT_INT8, act);
+    }
+    m->act_int8 = act != INK_ACT_F32;
     if ((rc = ink_config_load(&m->cfg, path, err))) goto fail;
     if ((rc = ink_tdir_open(&m->td, dir, INK_TDIR_TARGET, err))) goto fail;
     const ink_config *c = &m->cfg;
@@ -863,3 +870,23 @@ const ink_model_info *ink_model_get_info(const ink_model *m) { return &m->info; 
 int ink_model_n_vocab(const ink_model *m) { return m->cfg.vocab_unpadded; }
 int ink_model_n_embd(const ink_model *m) { return m->cfg.hidden; }
 int ink_model_n_threads(const ink_model *m) { return ink_pool_size(m->pool); }
+int ink_model_int8_activations(const ink_model *m) { return m->act_int8; }
+
+int ink_activations_parse(const char *s)
+{
+    if (!s) return -1;
+    if (!strcmp(s, "auto")) return INK_ACT_AUTO;
+    if (!strcmp(s, "f32")) return INK_ACT_F32;
+    if (!strcmp(s, "int8")) return INK_ACT_INT8;
+    return -1;
+}
+
+const char *ink_activations_name(int a)
+{
+    switch (a) {
+    case INK_ACT_AUTO: return "auto";
+    case INK_ACT_F32: return "f32";
+    case INK_ACT_INT8: return "int8";
+    default: return NULL;
+    }
+}

@@ -48,6 +48,7 @@ struct ink_model {
     ink_model_info info;
     ink_tdir td;
     ink_pool *pool;
+    int act_int8;                  /* quantized views use int8 activations (ink_model_opts.activations) */
     ink_mat embed, unembed;        /* [V,H] */
     float *embed_norm, *norm;      /* [H] */
     ink_layer_w *layers;           /* [n_layer] */

@@ -36,6 +36,7 @@ typedef struct ink_server_opts {
     int rollback_replay;    /* 1: restore + replay after a rejection; 0: capture-and-commit (default) */
     int n_threads;          /* <= 0: all cores */
     int check_tensors;      /* nonzero: --check-tensors (scan the weights for NaN/Inf at load) */
+    int activations;        /* enum ink_activations (0: auto) */
     int n_ctx;              /* <= 0: min(model_max_length, 4096) */
     int queue_max;          /* requests waiting behind the running one; < 0: 8 */
     size_t body_max;        /* request body limit in bytes; 0: 8 MiB */

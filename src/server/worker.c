@@ -44,7 +44,7 @@ static void load(ink_server *S)
     ink_err e = {0};
     if (S->o.debug_hold) debug_hold(S, NULL);
     double t0 = srv_now();
-    ink_model_opts mo = {S->o.n_threads};
+    ink_model_opts mo = {.n_threads = S->o.n_threads, .activations = S->o.activations};
     char path[4200];
     if (S->o.log) fprintf(S->o.log, "serve: loading %s\n", S->model_dir);
     if (ink_model_open(&S->model, S->model_dir, &mo, &e)) goto fail;
