@@ -34,15 +34,20 @@ static void spec_of(int v, tiny_spec *sp)
     if (v == V_NVFP4) sp->nvfp4 = 1;
 }
 
+static ink_model *open_act(const char *dir, int act)
+{
+    ink_err e = {0};
+    ink_model *m = NULL;
+    ink_model_opts o = {.n_threads = 2, .activations = act};
+    if (ink_model_open(&m, dir, &o, &e)) fail_msg("open %s: %s", dir, e.msg);
+    return m;
+}
+
 static ink_model *write_open(const tiny_spec *sp, const char *tag, char *dir, size_t n)
 {
     assert_int_equal(tu_tmpdir(dir, n, tag), 0);
     assert_int_equal(tiny_write(dir, sp), 0);
-    ink_err e = {0};
-    ink_model *m = NULL;
-    ink_model_opts o = {.n_threads = 2};
-    if (ink_model_open(&m, dir, &o, &e)) fail_msg("open %s: %s", dir, e.msg);
-    return m;
+    return open_act(dir, INK_ACT_F32);
 }
 
 /* Is [p, p + 1) inside one of the model's file mappings? */
@@ -133,15 +138,15 @@ static void test_misaligned_in_place(void **state)
             if (!sets[k]) continue;
             for (int i8 = 0; i8 < 1 + (v == V_Q4); i8++) {
                 ink_kernels_select(sets[k]);
-                ink_kernels_set_int8(i8);
-                float *la = logits(ma, ids, 24), *lm = logits(mm, ids, 24);
+                ink_model *a8 = i8 ? open_act(da, INK_ACT_INT8) : NULL, *m8 = i8 ? open_act(dm, INK_ACT_INT8) : NULL;
+                float *la = logits(i8 ? a8 : ma, ids, 24), *lm = logits(i8 ? m8 : mm, ids, 24);
+                ink_model_free(a8), ink_model_free(m8);
                 if (memcmp(la, lm, (size_t)24 * V * sizeof(float)))
                     fail_msg("%s, kernel set %d, int8 %d: misaligned logits differ from the aligned twin", vname[v], k, i8);
                 free(la), free(lm);
             }
         }
         ink_kernels_select(NULL);
-        ink_kernels_set_int8(0);
         ink_model_free(ma), ink_model_free(mm);
     }
 }
