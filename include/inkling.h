@@ -39,6 +39,7 @@ enum ink_status {
     INK_E_CTX_FULL = -6,    /* the session's context is full */
     INK_E_CANCELLED = -7,   /* the caller cancelled the operation */
     INK_E_NET = -8,         /* network / HTTP failure */
+    INK_E_NUMERIC = -9,     /* a computation produced NaN or infinity (e.g. a corrupt checkpoint) */
 };
 
 typedef struct ink_err {
@@ -272,9 +273,35 @@ typedef struct ink_gen_stats {
 
 /* Feeds the prompt (all of it, after a reset, unless reuse_prefix applies) and generates up to opts->max_tokens tokens into out[0..out_cap).
  * With temperature 0 the output is the plain greedy output whatever the drafter does; with
- * temperature > 0 drafts are accepted by lossless speculative sampling. *n_out = tokens emitted. */
+ * temperature > 0 drafts are accepted by lossless speculative sampling. *n_out = tokens emitted.
+ * Logits that are not finite stop it with INK_E_NUMERIC naming the position.
+ * ink_generate runs the session's own generator (created on first use, freed with the session):
+ * it is ink_gen_run on that generator. */
 int ink_generate(ink_session *s, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,
                  int out_cap, int *n_out, ink_gen_stats *stats, ink_err *err);
+
+/* ---- the generator: generation state as an object ------------------------------------
+ * An ink_gen runs generations on one session (borrowed: it must outlive the generator). It owns
+ * every buffer of the loop (allocated at the start of a run, kept while the sizes fit: nothing is
+ * allocated per round) and the state a later run's reuse_prefix continues from. The drafter and
+ * the options come with each run (borrowed until ink_gen_finish). Not thread-safe; one run at a time.
+ *
+ * A run is ink_gen_start (validation, prefill, first token), then ink_gen_step until ink_gen_done
+ * (one speculative round, or one plain step, each), then ink_gen_finish. ink_gen_run does all three. */
+typedef struct ink_gen ink_gen;
+int ink_gen_create(ink_gen **out, ink_session *s, ink_err *err);
+void ink_gen_free(ink_gen *g);
+/* On failure the run is over (no ink_gen_finish needed) and nothing was emitted. */
+int ink_gen_start(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,
+                  int out_cap, ink_gen_stats *stats, ink_err *err);
+/* One round; on failure the run is done (call ink_gen_finish). */
+int ink_gen_step(ink_gen *g, ink_err *err);
+int ink_gen_done(const ink_gen *g);  /* stop rule met, budget or context used up, or a step failed */
+int ink_gen_n_out(const ink_gen *g); /* tokens emitted so far in this run */
+/* Ends the run: final statistics; returns the run's status (INK_OK or a failed step's code). */
+int ink_gen_finish(ink_gen *g);
+int ink_gen_run(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,
+                int out_cap, int *n_out, ink_gen_stats *stats, ink_err *err);
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "model/model.h"
-#include "spec/mtp.h"
+#include "draft/mtp.h"
 #include "support/util.h"
 #include "tok/tokenizer.h"
 
@@ -213,7 +213,7 @@ static void test_mtp_greedy_invariant_and_acceptance(void **state)
                 ink_gen_stats st;
                 if (mode == 2 && K == 2 && i == 0) {
                     assert_int_equal(ink_drafter_load_vocab(d, DIR, 1024, &e), 0);
-                    assert_int_equal(d->n_vocab, 1024);
+                    assert_int_equal(ink_drafter_n_vocab(d), 1024);
                 }
                 int n = gen(s, p, P, d, K, mode == 1 ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH, N, out, &st, NULL);
                 assert_int_equal(n, N);

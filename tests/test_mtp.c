@@ -10,7 +10,7 @@
 
 #include "model/model.h"
 #include "sample/sampler.h"
-#include "spec/mtp.h"
+#include "draft/mtp.h"
 #include "support/ckpt.h"
 #include "support/npy.h"
 #include "support/util.h"
@@ -76,13 +76,13 @@ static void test_block_config_marks_local_ids_sliding_and_dense(void **state)
     ink_drafter *d = open_drafter(m, MOE);
     assert_non_null(d);
     assert_int_equal(ink_drafter_n_depth(d), 2);
-    assert_int_equal(d->d[0].cfg.sliding, 1); /* mtp_config.local_layer_ids = [0] */
-    assert_int_equal(d->d[0].cfg.rel_extent, 8);
-    assert_int_equal(d->d[1].cfg.sliding, 0);
-    assert_int_equal(d->d[1].cfg.rel_extent, 16);
-    assert_int_equal(d->d[1].cfg.log_scale, 1);
-    for (int k = 0; k < 2; k++) assert_int_equal(d->d[k].cfg.moe, 0);
-    assert_int_equal(d->d[0].block.inter, 128); /* dense width */
+    assert_int_equal(ink_depth_cfg(d, 0)->sliding, 1); /* mtp_config.local_layer_ids = [0] */
+    assert_int_equal(ink_depth_cfg(d, 0)->rel_extent, 8);
+    assert_int_equal(ink_depth_cfg(d, 1)->sliding, 0);
+    assert_int_equal(ink_depth_cfg(d, 1)->rel_extent, 16);
+    assert_int_equal(ink_depth_cfg(d, 1)->log_scale, 1);
+    for (int k = 0; k < 2; k++) assert_int_equal(ink_depth_cfg(d, k)->moe, 0);
+    assert_int_equal(ink_depth_weights(d, 0)->inter, 128); /* dense width */
     ink_drafter_free(d);
     ink_model_free(m);
 }
@@ -121,7 +121,7 @@ static void check_mtp_variant(const char *variant)
     memcpy(in, bh, (size_t)n * H * 4);
     float worst_h = 0, worst_l = 0;
     for (int k = 0; k < D; k++) {
-        d->d[k].cache.start = k + 1; /* a fresh cache whose first row sits at position k + 1 */
+        ink_depth_start_at(d, k, k + 1); /* a fresh cache whose first row sits at position k + 1 */
         ink_depth_forward(d, k, in, ids.i + (size_t)k * n, n, k + 1, 1, out);
         float mref, dh = tu_max_abs_diff(out, hid.f + (size_t)k * n * H, (size_t)n * H, &mref);
         assert_true(dh <= 1e-4f * fmaxf(1, mref));
@@ -447,7 +447,7 @@ static void test_load_drafter_detects_mtp_tensors_not_config_flag(void **state)
     fclose(f);
     memset(&e, 0, sizeof e);
     assert_int_equal(ink_drafter_open(&d, m, dir, &e), INK_OK);
-    assert_int_equal(d->dm->td.n_files, 1);
+    assert_int_equal(ink_drafter_n_files(d), 1);
     assert_int_equal(ink_drafter_n_depth(d), 2);
     ink_drafter_free(d);
     /* a drafter for another target shape is refused clearly */
@@ -712,7 +712,7 @@ static void test_draft_vocab_errors(void **state)
         e = (ink_err){0};
         assert_int_equal(ink_drafter_load_vocab(d, dir, 4, &e), want[i]);
         assert_non_null(strstr(e.msg, "draft_vocab.json"));
-        assert_int_equal(d->n_vocab, 0); /* unchanged */
+        assert_int_equal(ink_drafter_n_vocab(d), 0); /* unchanged */
     }
     FILE *f = fopen(path, "w");
     assert_non_null(f);
@@ -720,7 +720,7 @@ static void test_draft_vocab_errors(void **state)
     fclose(f);
     e = (ink_err){0};
     assert_int_equal(ink_drafter_load_vocab(d, dir, 4, &e), 0);
-    assert_int_equal(d->n_vocab, 4);
+    assert_int_equal(ink_drafter_n_vocab(d), 4);
     /* draft logits: -inf outside the set, the full head's values inside */
     int H = ink_model_n_embd(m);
     float u[1024], full[4096], sub[4096], tmp[2048];

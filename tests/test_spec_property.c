@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "model/model.h"
-#include "spec/mtp.h"
+#include "draft/mtp.h"
 #include "support/ckpt.h"
 #include "support/npy.h"
 #include "support/util.h"

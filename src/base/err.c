@@ -28,6 +28,7 @@ const char *ink_status_str(int code)
     case INK_E_CTX_FULL: return "context full";
     case INK_E_CANCELLED: return "cancelled";
     case INK_E_NET: return "network error";
+    case INK_E_NUMERIC: return "numeric error";
     default: return "unknown error";
     }
 }

@@ -1,4 +1,5 @@
-/* forward.c — the Inkling decoder layer, embedding and LM head in f32 (inkling-text.md §3).
+/* forward.c — the Inkling forward pass in f32 (inkling-text.md §3): embedding -> decoder layers ->
+ * final norm -> LM head (ink_forward_chunk), and the decoder layer the MTP depths reuse.
  *
  * Fixed summation orders (results never depend on the thread count or the number of rows):
  *   attention: per query, the kernel set's order (kernels.h: q.k in d order, weights summed in lanes
@@ -16,84 +17,6 @@ static int imax(int a, int b) { return a > b ? a : b; }
 
 #define ATTN_MAX_ROWS 8 /* rows per attention tile (sliding layers: the key union is W + 7 for W per row) */
 
-int ink_layer_kv_cap(const ink_layer_cfg *l, int n_ctx, int chunk)
-{
-    if (!l->sliding) return n_ctx;
-    int cap = l->window - 1 + chunk;
-    return cap < n_ctx ? cap : n_ctx;
-}
-
-int ink_layer_cache_init(ink_layer_cache *c, const ink_model *m, const ink_layer_cfg *l, int cap, ink_err *err)
-{
-    memset(c, 0, sizeof *c);
-    int S = m->cfg.conv_k - 1, H = m->cfg.hidden;
-    c->cap = cap;
-    c->kvw = l->n_kv * l->head_dim;
-    c->conv_n[0] = c->conv_n[1] = S * c->kvw;
-    c->conv_n[2] = c->conv_n[3] = S * H;
-    c->k = calloc((size_t)cap * c->kvw, sizeof(float));
-    c->v = calloc((size_t)cap * c->kvw, sizeof(float));
-    int ok = c->k && c->v;
-    for (int i = 0; i < 4; i++) ok = ok && (c->conv[i] = calloc((size_t)(c->conv_n[i] ? c->conv_n[i] : 1), sizeof(float)));
-    if (!ok) {
-        ink_layer_cache_free(c);
-        return ink_err_set(err, INK_E_NOMEM, "cannot allocate the KV cache (%d rows x %d floats)", cap, c->kvw);
-    }
-    return INK_OK;
-}
-
-void ink_layer_cache_free(ink_layer_cache *c)
-{
-    if (!c) return;
-    free(c->k);
-    free(c->v);
-    for (int i = 0; i < 4; i++) free(c->conv[i]), free(c->capt[i]);
-    memset(c, 0, sizeof *c);
-}
-
-void ink_layer_cache_clear(ink_layer_cache *c)
-{
-    c->start = 0;
-    for (int i = 0; i < 4; i++) memset(c->conv[i], 0, (size_t)c->conv_n[i] * sizeof(float));
-}
-
-size_t ink_layer_cache_conv_floats(const ink_layer_cache *c)
-{
-    return (size_t)c->conv_n[0] + c->conv_n[1] + c->conv_n[2] + c->conv_n[3];
-}
-
-void ink_layer_cache_save(const ink_layer_cache *c, float *dst)
-{
-    for (int i = 0; i < 4; i++) memcpy(dst, c->conv[i], (size_t)c->conv_n[i] * sizeof(float)), dst += c->conv_n[i];
-}
-
-void ink_layer_cache_load(ink_layer_cache *c, const float *src)
-{
-    for (int i = 0; i < 4; i++) memcpy(c->conv[i], src, (size_t)c->conv_n[i] * sizeof(float)), src += c->conv_n[i];
-}
-
-void ink_layer_cache_commit(ink_layer_cache *c, const float *old, int n, int conv_k)
-{
-    int S = conv_k - 1;
-    for (int i = 0; i < 4; i++) {
-        int C = S ? c->conv_n[i] / S : 0;
-        /* the new state is the last S rows of [old (S rows); captured rows 0..n-1] */
-        for (int r = 0; r < S; r++) {
-            int src = n + r; /* index into the concatenation */
-            const float *row = src < S ? old + (size_t)src * C : c->capt[i] + (size_t)(src - S) * C;
-            memcpy(c->conv[i] + (size_t)r * C, row, (size_t)C * sizeof(float));
-        }
-        old += c->conv_n[i];
-    }
-}
-
-size_t ink_layer_cache_bytes(const ink_layer_cache *c)
-{
-    return ((size_t)2 * c->cap * c->kvw + (size_t)c->conv_n[0] * 2 + (size_t)c->conv_n[2] * 2) * sizeof(float);
-}
-
-/* Attention scratch of one thread: one tile of the widest layer over the longest key union
- * (n_ctx keys plus a chunk's rows), 16-float aligned so every thread's part stays 64-byte aligned. */
 static size_t attn_ws(const ink_config *c, int chunk, int n_ctx)
 {
     size_t n = ink_attn_ws_floats(imax(c->head_dim, c->swa_head_dim), imax(c->rel_extent, c->window), n_ctx + chunk);
@@ -376,4 +299,24 @@ void ink_lm_head(const ink_model *m, const float *x, int T, float *logits, float
     ink_mat head = m->unembed;
     head.rows = Vu;
     ink_matmul(m->pool, &head, tmp, H, T, logits, Vu);
+}
+
+void ink_forward_chunk(const ink_model *m, ink_layer_cache *lc, ink_scratch *sc, int pos, const int32_t *tok, int n,
+                       int t0, int T, const ink_eval_out *out, float *x, float *xn, float *tmp)
+{
+    const ink_config *c = &m->cfg;
+    int H = c->hidden, Vu = c->vocab_unpadded, L = c->n_layer;
+    ink_embed(m, tok, n, x);
+    if (out->embeddings) memcpy(out->embeddings + (size_t)t0 * H, x, (size_t)n * H * sizeof(float));
+    for (int l = 0; l < L; l++) {
+        ink_layer_forward(m, &m->layers[l], &lc[l], pos, x, n, sc);
+        if (out->layer_outputs) memcpy(out->layer_outputs + ((size_t)l * T + t0) * H, x, (size_t)n * H * sizeof(float));
+    }
+    if (out->hidden_prenorm) memcpy(out->hidden_prenorm + (size_t)t0 * H, x, (size_t)n * H * sizeof(float));
+    int last = t0 + n == T;
+    if (!out->hidden_postnorm && !(out->logits && (out->all_logits || last))) return;
+    for (int t = 0; t < n; t++) ink_rmsnorm(xn + (size_t)t * H, x + (size_t)t * H, m->norm, H, c->eps);
+    if (out->hidden_postnorm) memcpy(out->hidden_postnorm + (size_t)t0 * H, xn, (size_t)n * H * sizeof(float));
+    if (out->logits && out->all_logits) ink_lm_head(m, xn, n, out->logits + (size_t)t0 * Vu, tmp);
+    else if (out->logits && last) ink_lm_head(m, xn + (size_t)(n - 1) * H, 1, out->logits, tmp);
 }

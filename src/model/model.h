@@ -112,12 +112,19 @@ float ink_tau(int p, double n_floor, float alpha);
  * attend to). 0 if equal; otherwise 1 and a description in `why`. */
 int ink_session_compare(const ink_session *a, const ink_session *b, char *why, size_t n);
 
-/* A slot for state that higher layers keep per session (the generation loop's buffers, for
- * prefix reuse); `destroy` is called on it by ink_session_free. */
-void **ink_session_ext(ink_session *s, void (*destroy)(void *));
+/* The session's own generator, the one ink_generate runs (so that prefix reuse works across
+ * ink_generate calls): created on first use, owned by the session, freed by ink_session_free. NULL
+ * on allocation failure (err set). Callers that want their own keep an ink_gen instead. */
+ink_gen *ink_session_generator(ink_session *s, ink_err *err);
 /* The model a session runs (borrowed). */
 ink_model *ink_session_model(const ink_session *s);
 
+/* The forward pass over one chunk of n <= sc->chunk validated tokens at positions pos.. (rows t0 ..
+ * t0+n-1 of a T-row evaluation): embed -> every layer (appending to lc[0..n_layer)) -> final norm ->
+ * LM head, writing the outputs `out` asks for at row offset t0 (logits of the last row only unless
+ * all_logits). x, xn, tmp: [chunk][H] work rows (x ends holding the pre-norm hidden). */
+void ink_forward_chunk(const ink_model *m, ink_layer_cache *lc, ink_scratch *sc, int pos, const int32_t *tok, int n,
+                       int t0, int T, const ink_eval_out *out, float *x, float *xn, float *tmp);
 /* Embedding rows: out[t] = rmsnorm(embed[ids[t]], embed_norm) (ids already validated). */
 void ink_embed(const ink_model *m, const int32_t *ids, int T, float *out);
 /* logits[t][0..Vu) = (x[t] / mu) . unembed^T, x already final-normed. tmp: [T][H]. */

@@ -5,40 +5,16 @@
  * shared. Each depth has its own KV + conv-state cache, owned here and sized per generation.
  *
  * Ownership: the drafter borrows the target model and its thread pool; ink_drafter_free releases the
- * drafter's tensors table, copies and caches.
+ * drafter's tensors table, copies and caches. The type is opaque (inkling.h); this header is the
+ * interface the generator (src/gen) uses.
  */
 #ifndef INK_MTP_H
 #define INK_MTP_H
 
 #include "model/model.h"
 
-typedef struct ink_depth {
-    ink_layer_cfg cfg;
-    float *embed_norm, *hidden_norm; /* [H] */
-    ink_mat input_proj;              /* [H, 2H] */
-    ink_layer_w block;
-    ink_layer_cache cache;
-    float *conv_save;                /* conv states of the committed frontier (restore after drafting) */
-} ink_depth;
-
-struct ink_drafter {
-    ink_model *target;
-    ink_model *dm;                   /* drafter config + MTP tensor table; pool borrowed from the target */
-    int D;
-    float *chain_norm;               /* NULL unless chain_hidden_post_norm and the tensor exist */
-    ink_depth d[INK_MAX_DEPTH];
-    /* runtime, allocated by ink_drafter_prepare */
-    int n_ctx;
-    ink_scratch sc;
-    float *in2;                      /* [chunk][2H] */
-    float *tmp;                      /* [chunk][H] */
-    /* draft vocabulary (ink_drafter_set_vocab): packed copy of n_vocab unembedding rows */
-    int n_vocab;                     /* 0: the whole unpadded vocabulary */
-    int32_t *vocab_ids;              /* [n_vocab] */
-    ink_mat vhead;                   /* views vocab_mem */
-    void *vocab_mem;
-    float *vlog;                     /* [n_vocab] */
-};
+/* The drafter's state is private to src/draft/ (struct ink_drafter in mtp.c): its caches change
+ * only through the functions below. */
 
 /* Allocates the per-depth caches and scratch for a context of n_ctx (no-op if already done). */
 int ink_drafter_prepare(ink_drafter *d, int n_ctx, ink_err *err);
@@ -49,13 +25,29 @@ void ink_drafter_reset(ink_drafter *d);
  * Any T: chunked internally. */
 void ink_depth_forward(ink_drafter *d, int m, const float *h, const int32_t *tok, int T, int pos0, int normed_embed,
                        float *out);
-/* After ink_layer_cache_save(&d->d[m].cache, d->d[m].conv_save) and one ink_depth_forward of at
- * most 64 rows: makes depth m's conv states those of having fed only the first n_keep of the rows
- * (the KV rows of the others are left to be overwritten). Never allocates. */
+/* Depth m's cache, by its own operations (never allocate): save keeps its conv states (its
+ * committed frontier) in the drafter; restore brings them back; clear empties the depth (KV and
+ * conv). KV rows are never copied: rows past the frontier are overwritten when committed. */
+void ink_depth_save(ink_drafter *d, int m);
+void ink_depth_restore(ink_drafter *d, int m);
+void ink_depth_clear(ink_drafter *d, int m);
+/* After ink_depth_save and one ink_depth_forward of at most 64 rows: makes depth m's conv states
+ * those of having fed only the first n_keep of the rows (the KV rows of the others are left to be
+ * overwritten). Never allocates. */
 void ink_depth_commit(ink_drafter *d, int m, int n_keep);
 /* Draft logits [Vu] of one block output u: (u / mu) . unembed^T; with final_norm the target's final norm
  * is applied first (Compat-X). With a draft vocabulary only its rows are computed and every other
  * entry is -INFINITY. tmp: [2][H]. */
 void ink_draft_logits(const ink_drafter *d, const float *u, int final_norm, float *logits, float *tmp);
+
+/* Read-only views for inspection and tests: depth m's layer config and bound weights; the number of
+ * safetensors files the drafter opened. */
+const ink_layer_cfg *ink_depth_cfg(const ink_drafter *d, int m);
+const ink_layer_w *ink_depth_weights(const ink_drafter *d, int m);
+int ink_drafter_n_files(const ink_drafter *d);
+int ink_drafter_n_vocab(const ink_drafter *d); /* draft vocabulary size; 0: the whole vocabulary */
+/* Empties depth m and makes its first row sit at position pos (a depth that starts mid-sequence, as
+ * the golden block outputs are computed). */
+void ink_depth_start_at(ink_drafter *d, int m, int pos);
 
 #endif

@@ -1,5 +1,10 @@
-/* generate.c — plain and speculative generation (mtp.md §7-§12). One loop for both: without a
- * drafter (or with K = 1) every round is a plain decode step.
+/* gen.c — the generator (ink_gen, inkling.h): plain and speculative generation (mtp.md §7-§12). One
+ * loop for both: without a drafter (or with K = 1) every round is a plain decode step.
+ *
+ * A run reads top to bottom: ink_gen_start (prefill, first token), then per ink_gen_step one round
+ * { draft, verify, accept, emit, rollback, drafter update, statistics } in the static functions of
+ * the same names; the acceptance rules themselves are pure functions in gen/accept.c and the
+ * drafter's caches are reached only through its interface (draft/mtp.h).
  *
  * Round (mode P, the default): draft M = min(K_eff - 1, D) tokens, depth m giving d_{m+1} from its
  * row n-1 (per-depth history: each depth keeps a committed frontier and recomputes only new rows);
@@ -12,8 +17,9 @@
  * in rings of RING positions. Committed depth rows advance through a chunked pipeline (depth m never
  * runs more than CH rows ahead of what depth m+1 has consumed), interleaved with the prefill, so a
  * long prompt never needs more than about 2 CH rows of any ring. */
+#include "draft/mtp.h"
+#include "gen/accept.h"
 #include "sample/sampler.h"
-#include "spec/mtp.h"
 
 #include <float.h>
 #include <math.h>
@@ -28,7 +34,7 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-typedef struct gen {
+struct ink_gen {
     ink_session *s;
     const ink_model *m;
     ink_drafter *d;
@@ -49,6 +55,7 @@ typedef struct gen {
     float *work;                  /* [V] sampler scratch */
     float *tmp;                   /* [2][H] */
     int32_t drafts[INK_MAX_DEPTH + 1], emitted[INK_MAX_DEPTH + 2];
+    int32_t target[INK_MAX_DEPTH + 2];  /* greedy: the target's choice at each verify row */
     int blocks[INK_MAX_DEPTH + 1];
     float margins[INK_MAX_DEPTH + 1];
     /* Compat-X */
@@ -59,7 +66,17 @@ typedef struct gen {
     int a_ctx, a_V, a_VS, a_H, a_D, a_K;
     const ink_drafter *last_drafter;
     int last_mode, last_mmax, valid, n_last;
-} gen;
+    /* the run in progress */
+    int32_t *out;
+    ink_gen_stats own_stats;      /* where a run without caller stats keeps them */
+    int n_out, stop, rc, phase;   /* phase 0: not started, 1: buffers ready, 2: decoding */
+    int n, n_ctx, compat, track;  /* n: position of the newest token x_n */
+    double t1;                    /* end of the prefill */
+    /* the round in progress */
+    int k_eff, M, a, e, bonus_emitted;
+    int32_t bonus, vin[INK_MAX_DEPTH + 2];
+};
+typedef struct ink_gen gen;
 
 #define RING 256 /* > 2 * CH + K + D: rows the pipeline and a round can need */
 #define CH 64
@@ -153,13 +170,12 @@ static void depth_round(gen *g, int m, int n)
     int H = g->H, first = g->F[m], T = n - first;
     int nc = n - m - first < 0 ? 0 : n - m - first; /* committed rows */
     int32_t tok[CH];
-    ink_depth *dp = &g->d->d[m];
     for (int i = 0; i < T; i++) {
         int p = first + i, t = p + m + 1;
         tok[i] = t <= n ? g->seq[t] : g->drafts[t - n - 1];
         memcpy(g->rows + (size_t)i * H, m ? orow(g, m - 1, p) : hrow(g, p), (size_t)H * sizeof(float));
     }
-    if (nc < T) ink_layer_cache_save(&dp->cache, dp->conv_save);
+    if (nc < T) ink_depth_save(g->d, m);
     ink_depth_forward(g->d, m, g->rows, tok, T, first, 1, g->rows);
     if (nc < T) ink_depth_commit(g->d, m, nc);
     for (int i = 0; i < T; i++) memcpy(orow(g, m, first + i), g->rows + (size_t)i * H, (size_t)H * sizeof(float));
@@ -199,9 +215,8 @@ static void compat_update(gen *g, int n)
 static void draft_compat(gen *g, int n, int M)
 {
     int H = g->H, rows_b[INK_MAX_DEPTH] = {0};
-    ink_depth *b0 = &g->d->d[0];
-    ink_layer_cache_save(&b0->cache, b0->conv_save);
-    for (int b = 1; b < g->D; b++) ink_layer_cache_clear(&g->d->d[b].cache);
+    ink_depth_save(g->d, 0);
+    for (int b = 1; b < g->D; b++) ink_depth_clear(g->d, b);
     g->drafts[0] = g->seed_tok, g->blocks[0] = 0, g->margins[0] = g->seed_margin;
     g->seq[n + 1] = g->seed_tok;
     memcpy(g->q, g->seed_q, (size_t)g->V * sizeof(float));
@@ -221,7 +236,7 @@ static void draft_compat(gen *g, int n, int M)
     }
 }
 
-/* ---- the loop ---------------------------------------------------------------------------- */
+/* ---- buffers and continuation ------------------------------------------------------------ */
 
 static void free_bufs(gen *g)
 {
@@ -235,20 +250,13 @@ static void free_bufs(gen *g)
     g->a_ctx = 0, g->valid = 0;
 }
 
-static void free_gen(void *p)
-{
-    if (!p) return;
-    free_bufs(p);
-    free(p);
-}
-
-/* (Re)allocates the buffers for this call's sizes; keeps them (and the continuation) if they fit. */
+/* (Re)allocates the buffers for this run's sizes; keeps them (and the continuation) if they fit. */
 static int alloc_bufs(gen *g, ink_session *s, int n_ctx, ink_err *err)
 {
     int V = g->V, VS = g->VS, H = g->H, K = g->K, D = g->D;
     if (g->a_ctx == n_ctx && g->a_V == V && g->a_VS == VS && g->a_H == H && g->a_D >= D && g->a_K >= K) return INK_OK;
     free_bufs(g);
-    if (K < 2) K = 2; /* room for a later call with a small K */
+    if (K < 2) K = 2; /* room for a later run with a small K */
     size_t hb = (size_t)H * sizeof(float);
     int full = D > 0;
     g->seq = malloc((size_t)(n_ctx + 1) * sizeof *g->seq);
@@ -273,7 +281,7 @@ static int alloc_bufs(gen *g, ink_session *s, int n_ctx, ink_err *err)
     return INK_OK;
 }
 
-/* Can this call continue from the state the previous call left? (prefix reuse, see inkling.h) */
+/* Can this run continue from the state the previous run left? (prefix reuse, see inkling.h) */
 static int can_continue(const gen *g, const ink_session *s, const int32_t *prompt, int P)
 {
     int c = ink_session_pos(s);
@@ -289,53 +297,246 @@ static int can_continue(const gen *g, const ink_session *s, const int32_t *promp
     return L <= P && L <= g->n_last + 1 && !memcmp(g->seq, prompt, (size_t)L * sizeof *prompt);
 }
 
-static void emit(gen *g, int32_t tok, int32_t *out, int *n_out, int *stop)
+/* ---- small steps ------------------------------------------------------------------------- */
+
+/* Non-finite logits (a corrupt checkpoint, an overflow) stop the run instead of feeding NaN to the
+ * sampler: x * 0 is 0 for every finite x and NaN for NaN or an infinity, so one pass sums to 0 iff the
+ * row is finite. Row `row` of g->logits holds the logits at position `pos`. */
+static int check_row(const gen *g, int row, int pos, ink_err *err)
 {
-    out[(*n_out)++] = tok;
-    if (g->o->on_token) g->o->on_token(g->o->ud, tok);
-    int eos = g->o->eos >= 0 ? g->o->eos : ink_model_get_info(g->m)->eos;
-    if ((g->o->stop_eos && tok == eos) || *n_out >= g->o->max_tokens) *stop = 1;
-    for (int i = 0; i < g->o->n_stop_ids; i++)
-        if (tok == g->o->stop_ids[i]) *stop = 1;
+    const float *l = g->logits + (size_t)row * g->VS;
+    float acc = 0;
+    for (int i = 0; i < g->V; i++) acc += l[i] * 0.0f;
+    if (acc == 0) return INK_OK;
+    int bad = 0;
+    while (bad < g->V && isfinite(l[bad])) bad++;
+    return ink_err_set(err, INK_E_NUMERIC, "non-finite logits at position %d (the scores of token %d): logit[%d] = %g",
+                       pos, pos + 1, bad, bad < g->V ? (double)l[bad] : 0.0);
 }
 
-int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opts *o, int32_t *out, int out_cap,
-                 int *n_out, ink_gen_stats *st, ink_err *err)
+static void emit(gen *g, int32_t tok)
 {
-    ink_gen_stats local;
-    if (!st) st = &local;
-    memset(st, 0, sizeof *st);
-    *n_out = 0;
-    void **slot = ink_session_ext(s, free_gen);
-    if (!*slot && !(*slot = calloc(1, sizeof(gen)))) return ink_err_set(err, INK_E_NOMEM, "out of memory");
-    gen *g = *slot;
-    g->s = s, g->m = ink_session_model(s), g->d = o->drafter, g->o = o, g->st = st;
+    g->out[g->n_out++] = tok;
+    if (g->o->on_token) g->o->on_token(g->o->ud, tok);
+    int eos = g->o->eos >= 0 ? g->o->eos : ink_model_get_info(g->m)->eos;
+    if ((g->o->stop_eos && tok == eos) || g->n_out >= g->o->max_tokens) g->stop = 1;
+    for (int i = 0; i < g->o->n_stop_ids; i++)
+        if (tok == g->o->stop_ids[i]) g->stop = 1;
+}
+
+/* Sizes of this run from the options (K, M_max, vocabularies); the stats' request fields. */
+static void configure(gen *g, const ink_gen_opts *o, ink_gen_stats *st)
+{
+    g->m = ink_session_model(g->s), g->d = o->drafter, g->o = o, g->st = st;
     g->V = g->VS = g->m->cfg.vocab_unpadded, g->H = g->m->cfg.hidden;
     if (o->vocab_limit > 0 && o->vocab_limit < g->VS) g->V = o->vocab_limit;
-    g->D = g->d ? g->d->D : 0;
+    g->D = g->d ? ink_drafter_n_depth(g->d) : 0;
     g->mode = o->mtp_mode;
     g->greedy = !(o->sampling.temp > 0);
     g->rng = o->sampling.seed;
-    int slack = ink_session_rollback_slack(s), n_ctx = ink_session_n_ctx(s);
+    int slack = ink_session_rollback_slack(g->s);
+    g->n_ctx = ink_session_n_ctx(g->s);
     g->K = g->d ? (o->block_size > 0 ? o->block_size : g->D + 2) : 1;
     if (g->K > slack) g->K = slack;
     if (g->K > INK_MAX_DEPTH + 1) g->K = INK_MAX_DEPTH + 1;
     g->Mmax = g->d ? (g->mode == INK_MTP_COMPAT ? g->K - 1 : (g->K - 1 < g->D ? g->K - 1 : g->D)) : 0;
-    st->prompt_tokens = P, st->k_requested = g->K, st->n_pos = g->Mmax, st->k_min = INT32_MAX;
+    g->compat = g->d && g->mode == INK_MTP_COMPAT;
+    g->track = g->d && g->Mmax > 0; /* the drafter needs the target's hidden rows */
+    st->prompt_tokens = 0, st->k_requested = g->K, st->n_pos = g->Mmax, st->k_min = INT32_MAX;
+}
+
+/* Where a target forward puts the hidden rows the drafter reads (postnorm P, prenorm Compat-X). */
+static void want_hidden(const gen *g, ink_eval_out *eo)
+{
+    if (!g->track) return;
+    if (g->compat) eo->hidden_prenorm = g->vh;
+    else eo->hidden_postnorm = g->vh;
+}
+
+/* The prompt from c0 on: CH-row chunks when the drafter follows (its committed rows advance with
+ * the prompt), one forward otherwise. Leaves the last row's logits in g->logits. */
+static int prefill(gen *g, const int32_t *prompt, int c0, int P, ink_err *err)
+{
+    int rc;
+    for (int t = c0; t < P;) {
+        int T = g->track ? (P - t < CH ? P - t : CH) : P - t;
+        ink_eval_out eo = {.logits = g->logits};
+        want_hidden(g, &eo);
+        if ((rc = ink_session_eval(g->s, prompt + t, T, &eo, err))) return rc;
+        if (g->track) {
+            for (int i = 0; i < T; i++) memcpy(hrow(g, t + i), g->vh + (size_t)i * g->H, (size_t)g->H * sizeof(float));
+            catch_up(g, t + T - 1, P - 1); /* rows whose tokens are prompt tokens */
+        }
+        t += T;
+    }
+    return INK_OK;
+}
+
+/* ---- one round ----------------------------------------------------------------------------- */
+
+/* Widths of this round: k_eff within the budget and the context, M drafts. 0: nothing fits. */
+static int plan(gen *g)
+{
+    int budget = g->o->max_tokens - g->n_out;
+    int k_eff = g->K < budget + 1 ? g->K : budget + 1;
+    if (k_eff > g->n_ctx - g->n) k_eff = g->n_ctx - g->n;
+    if (k_eff < 1) return 0; /* context full */
+    g->k_eff = k_eff;
+    g->M = g->d ? (g->compat ? k_eff - 1 : (k_eff - 1 < g->D ? k_eff - 1 : g->D)) : 0;
+    return 1;
+}
+
+static void draft(gen *g)
+{
+    if (g->M > 0) {
+        if (g->compat) draft_compat(g, g->n, g->M);
+        else draft_per_depth(g, g->n, g->M);
+    } else if (g->d && !g->compat && g->Mmax > 0) {
+        catch_up(g, g->n - 1, g->n); /* keep the frontiers moving while drafting is clamped off */
+    }
+}
+
+/* [x_n, d_1..d_M] in one target forward from a snapshot. */
+static int verify(gen *g, ink_err *err)
+{
+    int M = g->M, rc;
+    g->vin[0] = g->seq[g->n];
+    for (int j = 0; j < M; j++) g->vin[j + 1] = g->drafts[j];
+    ink_session_save(g->s, g->snap);
+    ink_eval_out vo = {.logits = g->logits, .all_logits = 1};
+    want_hidden(g, &vo);
+    if ((rc = ink_session_eval(g->s, g->vin, M + 1, &vo, err))) return rc;
+    if (g->track)
+        for (int i = 0; i <= M; i++) memcpy(hrow(g, g->n + i), g->vh + (size_t)i * g->H, (size_t)g->H * sizeof(float));
+    return INK_OK;
+}
+
+/* Sets g->a (drafts accepted) and g->bonus. Greedy: the walk over the target's choices. T > 0:
+ * lossless speculative sampling, with the uniforms drawn in the order the traces pin: per row a
+ * the test of d_{a+1}, then on a rejection the residual draw (the target's p if it is empty), or
+ * after M acceptances the bonus draw from row M. */
+static void accept(gen *g)
+{
+    int M = g->M, n = g->n, VS = g->VS, V = g->V;
+    if (g->greedy) {
+        for (int j = 0; j <= M; j++) g->target[j] = greedy_pick(g, g->logits + (size_t)j * VS, n + 1 + j);
+        g->a = ink_accept_greedy(g->drafts, g->target, M);
+        g->bonus = g->target[g->a];
+        return;
+    }
+    for (int a = 0;; a++) {
+        dist(g, g->logits + (size_t)a * VS, n + 1 + a, g->p);
+        g->a = a;
+        if (a == M) {
+            g->bonus = ink_sample_draw(g->p, V, &g->rng);
+            return;
+        }
+        const float *q = g->q + (size_t)a * V;
+        if (ink_accept_draw(g->p, q, g->drafts[a], ink_rng_uniform(&g->rng))) continue;
+        if (!(ink_accept_residual(g->p, q, V) > 0)) dist(g, g->logits + (size_t)a * VS, n + 1 + a, g->p);
+        g->bonus = ink_sample_draw(g->p, V, &g->rng);
+        return;
+    }
+}
+
+/* d_1..d_a, then the bonus, cut by the budget and the stop rules; g->e tokens. */
+static void emit_round(gen *g)
+{
+    int e = 0;
+    g->bonus_emitted = 0;
+    for (int j = 0; j < g->a && !g->stop; j++) emit(g, g->drafts[j]), g->emitted[e++] = g->drafts[j];
+    if (!g->stop) emit(g, g->bonus), g->emitted[e++] = g->bonus, g->bonus_emitted = 1;
+    g->e = e;
+}
+
+/* Keeps the target's inputs of the emitted tokens only (x_n and the first e-1 of them): commit of
+ * the captured conv inputs, or restore + replay. */
+static int rollback(gen *g, ink_err *err)
+{
+    int rc = INK_OK;
+    if (g->e < g->M + 1) {
+        if (g->o->capture_commit) rc = ink_session_commit(g->s, g->snap, g->e, err);
+        else if (!(rc = ink_session_restore(g->s, g->snap, err))) rc = ink_session_eval(g->s, g->vin, g->e, NULL, err);
+    }
+    return rc;
+}
+
+/* Compat-X: block 0 back to its committed state, then its rows of the emitted tokens and the next
+ * seed; also after a stop or a clamped round, so block 0 never lags. (Mode P commits its rows while
+ * drafting.) */
+static void drafter_update(gen *g)
+{
+    if (!g->compat || g->Mmax == 0) return;
+    if (g->M > 0) {
+        ink_depth_restore(g->d, 0);
+        for (int b = 1; b < g->D; b++) ink_depth_clear(g->d, b);
+    }
+    compat_update(g, g->n + g->e);
+}
+
+static void record(gen *g, double ta, double tb, double tc, double td)
+{
+    ink_gen_stats *st = g->st;
+    int M = g->M, a = g->a;
+    if (M == 0) return;
+    st->rounds++, st->drafted += M, st->accepted += a, st->round_emitted += g->e;
+    if (g->k_eff < st->k_min) st->k_min = g->k_eff;
+    if (g->k_eff > st->k_max) st->k_max = g->k_eff;
+    if (a == 0) st->zero_accept++;
+    else if (a < M) st->partial_accept++;
+    else st->full_accept++;
+    for (int j = 0; j < M && j < INK_MAX_DEPTH; j++) st->pos_proposed[j]++, st->pos_accepted[j] += a > j;
+    st->draft_s += tb - ta, st->verify_s += tc - tb, st->rollback_s += td - tc;
+    if (g->o->on_round) {
+        ink_round r = {st->rounds - 1, g->n,  g->k_eff,   M,       g->drafts, g->blocks, g->margins, a,
+                       g->e,           g->emitted, g->bonus, g->bonus_emitted};
+        g->o->on_round(g->o->ud, &r);
+    }
+}
+
+/* ---- the generator ------------------------------------------------------------------------- */
+
+int ink_gen_create(ink_gen **out, ink_session *s, ink_err *err)
+{
+    gen *g = calloc(1, sizeof *g);
+    if (!g) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    g->s = s, g->stop = 1;
+    *out = g;
+    return INK_OK;
+}
+
+void ink_gen_free(ink_gen *g)
+{
+    if (!g) return;
+    free_bufs(g);
+    free(g);
+}
+
+int ink_gen_done(const ink_gen *g) { return g->stop; }
+int ink_gen_n_out(const ink_gen *g) { return g->n_out; }
+
+int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *o, int32_t *out, int out_cap,
+                  ink_gen_stats *st, ink_err *err)
+{
+    if (!st) st = &g->own_stats;
+    memset(st, 0, sizeof *st);
+    g->out = out, g->n_out = 0, g->stop = 1, g->rc = INK_OK, g->phase = 0;
+    configure(g, o, st);
+    st->prompt_tokens = P;
     if (P < 1) return ink_err_set(err, INK_E_INVAL, "generate needs a prompt of at least one token");
     if (o->max_tokens < 0 || o->max_tokens > out_cap)
         return ink_err_set(err, INK_E_INVAL, "max_tokens %d out of range (buffer holds %d)", o->max_tokens, out_cap);
-    if (P >= n_ctx)
-        return ink_err_set(err, INK_E_CTX_FULL, "prompt of %d tokens leaves no room in a context of %d", P, n_ctx);
-    int rc = INK_OK, H = g->H, V = g->V, VS = g->VS, K = g->K;
-    if ((rc = alloc_bufs(g, s, n_ctx, err))) return rc;
-    int cont = o->reuse_prefix && can_continue(g, s, prompt, P);
-    g->valid = 0;
-    if (o->capture_commit && (rc = ink_session_set_capture(s, 1, err))) goto done;
-    if (g->d && (rc = ink_drafter_prepare(g->d, n_ctx, err))) goto done;
-    int c0 = cont ? ink_session_pos(s) : 0;
+    if (P >= g->n_ctx)
+        return ink_err_set(err, INK_E_CTX_FULL, "prompt of %d tokens leaves no room in a context of %d", P, g->n_ctx);
+    int rc;
+    if ((rc = alloc_bufs(g, g->s, g->n_ctx, err))) return rc;
+    int cont = o->reuse_prefix && can_continue(g, g->s, prompt, P);
+    g->valid = 0, g->phase = 1;
+    if (o->capture_commit && (rc = ink_session_set_capture(g->s, 1, err))) goto fail;
+    if (g->d && (rc = ink_drafter_prepare(g->d, g->n_ctx, err))) goto fail;
+    int c0 = cont ? ink_session_pos(g->s) : 0;
     if (!cont) {
-        ink_session_reset(s);
+        ink_session_reset(g->s);
         if (g->d) ink_drafter_reset(g->d);
         memset(g->F, 0, sizeof g->F);
     }
@@ -343,143 +544,90 @@ int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opt
     g->last_drafter = g->d, g->last_mode = g->mode, g->last_mmax = g->Mmax;
     memcpy(g->seq, prompt, (size_t)P * sizeof *prompt);
 
-    /* prefill and the first token */
     double t0 = now_s();
-    int compat = g->d && g->mode == INK_MTP_COMPAT;
-    int track = g->d && g->Mmax > 0; /* the drafter needs the target's hidden rows */
-    for (int t = c0; t < P;) {
-        int T = track ? (P - t < CH ? P - t : CH) : P - t;
-        ink_eval_out eo = {.logits = g->logits};
-        if (track) {
-            if (compat) eo.hidden_prenorm = g->vh;
-            else eo.hidden_postnorm = g->vh;
-        }
-        if ((rc = ink_session_eval(s, prompt + t, T, &eo, err))) goto done;
-        if (track) {
-            for (int i = 0; i < T; i++) memcpy(hrow(g, t + i), g->vh + (size_t)i * H, (size_t)H * sizeof(float));
-            catch_up(g, t + T - 1, P - 1); /* rows whose tokens are prompt tokens */
-        }
-        t += T;
+    if ((rc = prefill(g, prompt, c0, P, err))) goto fail;
+    g->t1 = now_s();
+    st->prefill_s = g->t1 - t0;
+    g->phase = 2, g->n = P, g->stop = o->max_tokens == 0;
+    if (!g->stop) { /* the first token, from the prompt's last row */
+        if ((rc = check_row(g, 0, P - 1, err))) goto fail;
+        g->seq[g->n] = pick(g, g->logits, NULL, P);
+        emit(g, g->seq[g->n]);
     }
-    double t1 = now_s();
-    st->prefill_s = t1 - t0;
-    int stop = o->max_tokens == 0, n = P;
-    if (!stop) {
-        g->seq[n] = pick(g, g->logits, NULL, P);
-        emit(g, g->seq[n], out, n_out, &stop);
-    }
-    if (!stop && compat && g->Mmax > 0) compat_update(g, P);
-
-    while (!stop) {
-        if (o->cancel && *o->cancel) {
-            rc = ink_err_set(err, INK_E_CANCELLED, "generation cancelled");
-            break;
-        }
-        int budget = o->max_tokens - *n_out;
-        int k_eff = K < budget + 1 ? K : budget + 1;
-        if (k_eff > n_ctx - n) k_eff = n_ctx - n;
-        if (k_eff < 1) break; /* context full */
-        int M = g->d ? (compat ? k_eff - 1 : (k_eff - 1 < g->D ? k_eff - 1 : g->D)) : 0;
-        double ta = now_s();
-        if (M > 0) {
-            if (compat) draft_compat(g, n, M);
-            else draft_per_depth(g, n, M);
-        } else if (g->d && !compat && g->Mmax > 0) {
-            catch_up(g, n - 1, n); /* keep the frontiers moving while drafting is clamped off */
-        }
-        double tb = now_s();
-        /* verify [x_n, d_1..d_M] from a snapshot */
-        int32_t vin[INK_MAX_DEPTH + 2];
-        vin[0] = g->seq[n];
-        for (int j = 0; j < M; j++) vin[j + 1] = g->drafts[j];
-        ink_session_save(s, g->snap);
-        ink_eval_out vo = {.logits = g->logits, .all_logits = 1};
-        if (track) {
-            if (compat) vo.hidden_prenorm = g->vh;
-            else vo.hidden_postnorm = g->vh;
-        }
-        if ((rc = ink_session_eval(s, vin, M + 1, &vo, err))) break;
-        if (track)
-            for (int i = 0; i <= M; i++) memcpy(hrow(g, n + i), g->vh + (size_t)i * H, (size_t)H * sizeof(float));
-        double tc = now_s();
-        /* accept */
-        int a = 0;
-        int32_t bonus;
-        if (g->greedy) {
-            while (a < M && g->drafts[a] == greedy_pick(g, g->logits + (size_t)a * VS, n + 1 + a)) a++;
-            bonus = greedy_pick(g, g->logits + (size_t)a * VS, n + 1 + a);
-        } else {
-            for (;;) {
-                dist(g, g->logits + (size_t)a * VS, n + 1 + a, g->p);
-                if (a == M) {
-                    bonus = ink_sample_draw(g->p, V, &g->rng);
-                    break;
-                }
-                int32_t dj = g->drafts[a];
-                const float *q = g->q + (size_t)a * V;
-                double u = ink_rng_uniform(&g->rng);
-                if (q[dj] > 0 && u * q[dj] <= g->p[dj]) {
-                    a++;
-                    continue;
-                }
-                /* residual max(0, p - q), renormalised; p itself if it underflows */
-                double mass = 0;
-                for (int i = 0; i < V; i++) {
-                    float r = g->p[i] - q[i];
-                    g->p[i] = r > 0 ? r : 0;
-                    mass += g->p[i];
-                }
-                if (mass > 0) {
-                    for (int i = 0; i < V; i++) g->p[i] = (float)(g->p[i] / mass);
-                    bonus = ink_sample_draw(g->p, V, &g->rng);
-                } else {
-                    dist(g, g->logits + (size_t)a * VS, n + 1 + a, g->p);
-                    bonus = ink_sample_draw(g->p, V, &g->rng);
-                }
-                break;
-            }
-        }
-        /* emit d_1..d_a, bonus (cut by budget and stop rules) */
-        int e = 0, bonus_emitted = 0;
-        for (int j = 0; j < a && !stop; j++) emit(g, g->drafts[j], out, n_out, &stop), g->emitted[e++] = g->drafts[j];
-        if (!stop) emit(g, bonus, out, n_out, &stop), g->emitted[e++] = bonus, bonus_emitted = 1;
-        /* keep the inputs of the emitted tokens: x_n and the first e-1 of them */
-        if (e < M + 1) {
-            if (o->capture_commit) rc = ink_session_commit(s, g->snap, e, err);
-            else if (!(rc = ink_session_restore(s, g->snap, err))) rc = ink_session_eval(s, vin, e, NULL, err);
-            if (rc) break;
-        }
-        for (int j = 0; j < e; j++) g->seq[n + 1 + j] = g->emitted[j];
-        if (compat && g->Mmax > 0) { /* also after a stop or a clamped round, so block 0 never lags */
-            if (M > 0) {
-                ink_layer_cache_load(&g->d->d[0].cache, g->d->d[0].conv_save);
-                for (int b = 1; b < g->D; b++) ink_layer_cache_clear(&g->d->d[b].cache);
-            }
-            compat_update(g, n + e);
-        }
-        double td = now_s();
-        if (M > 0) {
-            st->rounds++, st->drafted += M, st->accepted += a, st->round_emitted += e;
-            if (k_eff < st->k_min) st->k_min = k_eff;
-            if (k_eff > st->k_max) st->k_max = k_eff;
-            if (a == 0) st->zero_accept++;
-            else if (a < M) st->partial_accept++;
-            else st->full_accept++;
-            for (int j = 0; j < M && j < INK_MAX_DEPTH; j++) st->pos_proposed[j]++, st->pos_accepted[j] += a > j;
-            st->draft_s += tb - ta, st->verify_s += tc - tb, st->rollback_s += td - tc;
-            if (o->on_round) {
-                ink_round r = {st->rounds - 1, n, k_eff, M, g->drafts, g->blocks, g->margins, a, e, g->emitted, bonus,
-                               bonus_emitted};
-                o->on_round(o->ud, &r);
-            }
-        }
-        n += e;
-    }
-    st->decode_s = now_s() - t1;
-    st->generated_tokens = *n_out;
-    if (st->k_min == INT32_MAX) st->k_min = 0;
-    if (!rc) g->valid = 1, g->n_last = n;
-done:
-    if (o->capture_commit) ink_session_set_capture(s, 0, NULL);
+    if (!g->stop && g->compat && g->Mmax > 0) compat_update(g, P);
+    return INK_OK;
+fail:
+    if (o->capture_commit) ink_session_set_capture(g->s, 0, NULL);
+    g->phase = 0;
     return rc;
+}
+
+/* One round: plan, draft, verify, accept, emit, rollback, drafter update, statistics. */
+int ink_gen_step(ink_gen *g, ink_err *err)
+{
+    int rc = INK_OK;
+    if (g->stop) return g->rc;
+    if (g->o->cancel && *g->o->cancel) {
+        rc = ink_err_set(err, INK_E_CANCELLED, "generation cancelled");
+        goto fail;
+    }
+    if (!plan(g)) {
+        g->stop = 1;
+        return INK_OK;
+    }
+    double ta = now_s();
+    draft(g);
+    double tb = now_s();
+    if ((rc = verify(g, err))) goto fail;
+    double tc = now_s();
+    accept(g);
+    for (int j = 0; j <= g->a; j++) /* the rows the emitted tokens come from (inputs: x_n, d_1..d_a) */
+        if ((rc = check_row(g, j, g->n + j, err))) goto fail;
+    emit_round(g);
+    if ((rc = rollback(g, err))) goto fail;
+    for (int j = 0; j < g->e; j++) g->seq[g->n + 1 + j] = g->emitted[j];
+    drafter_update(g);
+    record(g, ta, tb, tc, now_s());
+    g->n += g->e;
+    return INK_OK;
+fail:
+    g->stop = 1, g->rc = rc;
+    return rc;
+}
+
+int ink_gen_finish(ink_gen *g)
+{
+    if (g->phase < 1) return g->rc;
+    ink_gen_stats *st = g->st;
+    int rc = g->rc;
+    if (g->phase == 2) {
+        st->decode_s = now_s() - g->t1;
+        st->generated_tokens = g->n_out;
+        if (st->k_min == INT32_MAX) st->k_min = 0;
+        if (!rc) g->valid = 1, g->n_last = g->n;
+    }
+    if (g->o->capture_commit) ink_session_set_capture(g->s, 0, NULL);
+    g->phase = 0, g->stop = 1;
+    return rc;
+}
+
+int ink_gen_run(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *o, int32_t *out, int out_cap,
+                int *n_out, ink_gen_stats *st, ink_err *err)
+{
+    *n_out = 0;
+    int rc = ink_gen_start(g, prompt, P, o, out, out_cap, st, err);
+    if (rc) return rc;
+    while (!ink_gen_done(g))
+        if (ink_gen_step(g, err)) break;
+    *n_out = g->n_out;
+    return ink_gen_finish(g);
+}
+
+int ink_generate(ink_session *s, const int32_t *prompt, int P, const ink_gen_opts *o, int32_t *out, int out_cap,
+                 int *n_out, ink_gen_stats *st, ink_err *err)
+{
+    *n_out = 0;
+    ink_gen *g = ink_session_generator(s, err);
+    if (!g) return INK_E_NOMEM;
+    return ink_gen_run(g, prompt, P, o, out, out_cap, n_out, st, err);
 }

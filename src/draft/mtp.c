@@ -1,5 +1,5 @@
 /* mtp.c — MTP drafter loading and block forward (see mtp.h; tensor names in mtp.md §4.1). */
-#include "spec/mtp.h"
+#include "draft/mtp.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -8,6 +8,35 @@
 #include <string.h>
 
 #define CHUNK 64
+
+typedef struct ink_depth {
+    ink_layer_cfg cfg;
+    float *embed_norm, *hidden_norm; /* [H] */
+    ink_mat input_proj;              /* [H, 2H] */
+    ink_layer_w block;
+    ink_layer_cache cache;
+    float *conv_save;                /* conv states of the committed frontier (restore after drafting) */
+} ink_depth;
+
+struct ink_drafter {
+    ink_model *target;
+    ink_model *dm;                   /* drafter config + MTP tensor table; pool borrowed from the target */
+    int D;
+    float *chain_norm;               /* NULL unless chain_hidden_post_norm and the tensor exist */
+    ink_depth d[INK_MAX_DEPTH];
+    /* runtime, allocated by ink_drafter_prepare */
+    int n_ctx;
+    ink_scratch sc;
+    float *in2;                      /* [chunk][2H] */
+    float *tmp;                      /* [chunk][H] */
+    /* draft vocabulary (ink_drafter_set_vocab): packed copy of n_vocab unembedding rows */
+    int n_vocab;                     /* 0: the whole unpadded vocabulary */
+    int32_t *vocab_ids;              /* [n_vocab] */
+    ink_mat vhead;                   /* views vocab_mem */
+    void *vocab_mem;
+    float *vlog;                     /* [n_vocab] */
+};
+
 
 static int starts(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
@@ -30,6 +59,15 @@ void ink_drafter_free(ink_drafter *d)
 }
 
 int ink_drafter_n_depth(const ink_drafter *d) { return d->D; }
+int ink_drafter_n_files(const ink_drafter *d) { return d->dm->td.n_files; }
+int ink_drafter_n_vocab(const ink_drafter *d) { return d->n_vocab; }
+const ink_layer_cfg *ink_depth_cfg(const ink_drafter *d, int m) { return &d->d[m].cfg; }
+const ink_layer_w *ink_depth_weights(const ink_drafter *d, int m) { return &d->d[m].block; }
+void ink_depth_start_at(ink_drafter *d, int m, int pos)
+{
+    ink_layer_cache_clear(&d->d[m].cache);
+    d->d[m].cache.start = pos;
+}
 
 int ink_drafter_open(ink_drafter **out, ink_model *target, const char *dir, ink_err *err)
 {
@@ -166,6 +204,10 @@ void ink_depth_forward(ink_drafter *d, int m, const float *h, const int32_t *tok
             for (int t = 0; t < n; t++) ink_rmsnorm(o + (size_t)t * H, o + (size_t)t * H, d->chain_norm, H, eps);
     }
 }
+
+void ink_depth_save(ink_drafter *d, int m) { ink_layer_cache_save(&d->d[m].cache, d->d[m].conv_save); }
+void ink_depth_restore(ink_drafter *d, int m) { ink_layer_cache_load(&d->d[m].cache, d->d[m].conv_save); }
+void ink_depth_clear(ink_drafter *d, int m) { ink_layer_cache_clear(&d->d[m].cache); }
 
 void ink_depth_commit(ink_drafter *d, int m, int n_keep)
 {

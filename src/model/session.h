@@ -1,0 +1,32 @@
+/*
+ * session.h — the layout of ink_session and ink_snapshot, private to src/model/ (session.c runs a
+ * session, cache.c keeps its caches, snapshots and commits).
+ */
+#ifndef INK_MODEL_SESSION_H
+#define INK_MODEL_SESSION_H
+
+#include "model/model.h"
+
+#define INK_CHUNK 64 /* rows per internal forward: prefill chunk, verify width limit, rollback slack */
+
+struct ink_session {
+    ink_model *m;
+    int n_ctx, pos;
+    ink_layer_cache *lc;  /* [n_layer] */
+    ink_scratch sc;
+    float *x;             /* [chunk][H] residual stream */
+    float *xn;            /* [chunk][H] final-normed rows */
+    float *tmp;           /* [chunk][H] */
+    int capture;          /* conv inputs are captured (ink_session_set_capture) */
+    int32_t *toks;        /* [n_ctx] the tokens consumed, by position */
+    ink_gen *gen;         /* the generator ink_generate runs (created on first use, owned) */
+};
+
+struct ink_snapshot {
+    const ink_session *owner;
+    int pos;
+    float *conv;          /* every layer's four conv states, concatenated */
+    size_t n;
+};
+
+#endif

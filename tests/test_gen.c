@@ -1,0 +1,216 @@
+/* test_gen.c — the generator's pure acceptance rules (gen/accept.h) on hand-computed arrays, and
+ * the loop's non-finite-logits stop (a model whose embedding row of one token is NaN). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "gen/accept.h"
+#include "inkling.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MOE "tests/data/golden/tiny-moe"
+
+/* ---- greedy walk ---------------------------------------------------------------------------- */
+
+static void test_greedy_walk(void **state)
+{
+    (void)state;
+    /* drafts 5 7 9 against the target's choices 5 7 2 | 4: the third draft differs, a = 2, bonus 2 */
+    const int32_t d1[] = {5, 7, 9}, t1[] = {5, 7, 2, 4};
+    assert_int_equal(ink_accept_greedy(d1, t1, 3), 2);
+    /* the first draft differs: a = 0, the bonus is the target's row 0 choice */
+    const int32_t d2[] = {1}, t2[] = {3, 8};
+    assert_int_equal(ink_accept_greedy(d2, t2, 1), 0);
+    /* all drafts agree: a = M, the bonus comes from row M */
+    const int32_t d3[] = {1, 2}, t3[] = {1, 2, 6};
+    assert_int_equal(ink_accept_greedy(d3, t3, 2), 2);
+    /* no drafts (a plain step): a = 0 */
+    assert_int_equal(ink_accept_greedy(NULL, t3, 0), 0);
+    /* a later agreement does not count once one draft differs: 4 9 4 vs 4 8 4 -> a = 1 */
+    const int32_t d4[] = {4, 9, 4}, t4[] = {4, 8, 4, 0};
+    assert_int_equal(ink_accept_greedy(d4, t4, 3), 1);
+}
+
+/* ---- stochastic test -------------------------------------------------------------------------- */
+
+static void test_accept_draw(void **state)
+{
+    (void)state;
+    const float p[3] = {0.5f, 0.3f, 0.2f}, q[3] = {0.25f, 0.6f, 0.15f};
+    /* token 0: p >= q, kept whatever u (0.999 * 0.25 = 0.24975 <= 0.5) */
+    assert_int_equal(ink_accept_draw(p, q, 0, 0.0), 1);
+    assert_int_equal(ink_accept_draw(p, q, 0, 0.999), 1);
+    /* token 1: kept with probability p/q = 0.5: u = 0.49 -> 0.294 <= 0.3 kept; u = 0.51 -> 0.306 > 0.3 not */
+    assert_int_equal(ink_accept_draw(p, q, 1, 0.49), 1);
+    assert_int_equal(ink_accept_draw(p, q, 1, 0.51), 0);
+    /* token 2: p/q = 4/3 >= 1, kept */
+    assert_int_equal(ink_accept_draw(p, q, 2, 0.99), 1);
+    /* q[d] = 0 (a draft the drafter could not have drawn): never kept, even with p[d] = 1 */
+    const float p2[2] = {1.0f, 0.0f}, q2[2] = {0.0f, 1.0f};
+    assert_int_equal(ink_accept_draw(p2, q2, 0, 0.0), 0);
+    /* p[d] = 0: kept only if u * q[d] <= 0, i.e. u = 0 exactly, never for u > 0 */
+    assert_int_equal(ink_accept_draw(p2, q2, 1, 0.25), 0);
+}
+
+static void test_residual(void **state)
+{
+    (void)state;
+    /* p - q = {0.25, -0.25, 0}: residual {0.25, 0, 0}, mass 0.25, renormalised {1, 0, 0} (exact) */
+    float p[3] = {0.5f, 0.25f, 0.25f};
+    const float q[3] = {0.25f, 0.5f, 0.25f};
+    assert_true(ink_accept_residual(p, q, 3) == 0.25);
+    assert_true(p[0] == 1.0f && p[1] == 0.0f && p[2] == 0.0f);
+    /* p = {0.5, 0.3, 0.2}, q = {0.25, 0.6, 0.15}: residual {0.25, 0, 0.05}, mass 0.3 -> {5/6, 0, 1/6} */
+    float p2[3] = {0.5f, 0.3f, 0.2f};
+    const float q2[3] = {0.25f, 0.6f, 0.15f};
+    assert_true(fabs(ink_accept_residual(p2, q2, 3) - 0.3) < 1e-7);
+    assert_true(fabsf(p2[0] - 5.0f / 6) < 1e-6f && p2[1] == 0.0f && fabsf(p2[2] - 1.0f / 6) < 1e-6f);
+    /* p == q: no residual mass, p left all zero (the caller redraws from the target's p) */
+    float p3[2] = {0.5f, 0.5f};
+    const float q3[2] = {0.5f, 0.5f};
+    assert_true(ink_accept_residual(p3, q3, 2) == 0.0);
+    assert_true(p3[0] == 0.0f && p3[1] == 0.0f);
+}
+
+/* Losslessness of the rule itself, integrated over u on a grid of N midpoints: a draft d drawn from q,
+ * kept per ink_accept_draw, else replaced from the residual, is distributed as p. By hand with
+ * p = {0.5, 0.3, 0.2}, q = {0.25, 0.6, 0.15}: P(keep 0) = 0.25, P(keep 1) = 0.6 * 0.5 = 0.3,
+ * P(keep 2) = 0.15; rejection mass 0.3 goes to the residual {5/6, 0, 1/6}: 0.25 + 0.25 = 0.5,
+ * 0.3 + 0 = 0.3, 0.15 + 0.05 = 0.2. */
+static void test_accept_is_lossless(void **state)
+{
+    (void)state;
+    const float p[3] = {0.5f, 0.3f, 0.2f}, q[3] = {0.25f, 0.6f, 0.15f};
+    float res[3];
+    memcpy(res, p, sizeof res);
+    ink_accept_residual(res, q, 3);
+    double out[3] = {0}, rej = 0;
+    const int N = 100000;
+    for (int d = 0; d < 3; d++) {
+        int kept = 0;
+        for (int k = 0; k < N; k++) kept += ink_accept_draw(p, q, d, (k + 0.5) / N);
+        out[d] += q[d] * (double)kept / N;
+        rej += q[d] * (double)(N - kept) / N;
+    }
+    assert_true(fabs(rej - 0.3) < 1e-4);
+    for (int i = 0; i < 3; i++) {
+        out[i] += rej * res[i];
+        assert_true(fabs(out[i] - p[i]) < 1e-4);
+    }
+}
+
+/* ---- non-finite logits ------------------------------------------------------------------------ */
+
+/* The plain greedy run's third token X gets a NaN embedding row: plain and speculative greedy runs
+ * (both rollback methods) emit up to X, then stop with INK_E_NUMERIC at X's position, P + 2; sampled
+ * runs (plain and speculative) with X inside the prompt stop before emitting, at the prompt's last
+ * position. */
+static void test_nan_logits_stop_with_position(void **state)
+{
+    (void)state;
+    ink_model *m;
+    ink_err e = {0};
+    ink_model_opts mo = {.n_threads = 1};
+    assert_int_equal(ink_model_open(&m, MOE, &mo, &e), 0);
+    ink_drafter *d;
+    assert_int_equal(ink_drafter_open(&d, m, MOE "/drafter-fit", &e), 0);
+    ink_session *s;
+    assert_int_equal(ink_session_create(&s, m, 256, &e), 0);
+    const int32_t pr[4] = {3, 1, 4, 1};
+    int32_t out[16], ref[16];
+    int n;
+    ink_gen_opts o = {.max_tokens = 12};
+    assert_int_equal(ink_generate(s, pr, 4, &o, ref, 16, &n, NULL, &e), 0);
+    assert_int_equal(n, 12);
+    int32_t X = ref[2];
+    /* an f32 copy of the embedding with row X NaN (the model's own view is read-only) */
+    ink_mat saved = m->embed;
+    int H = m->embed.cols;
+    float *emb = malloc((size_t)m->embed.rows * H * sizeof(float));
+    assert_non_null(emb);
+    for (int r = 0; r < m->embed.rows; r++) ink_mat_row(&saved, r, emb + (size_t)r * H);
+    for (int i = 0; i < H; i++) emb[(size_t)X * H + i] = NAN;
+    m->embed.dtype = INK_DT_F32, m->embed.stride = (size_t)H, m->embed.data = emb;
+    int first = 0; /* the tokens before X are X-free too (else the NaN would come earlier) */
+    while (first < 2 && ref[first] != X) first++;
+    int expect_n = first + 1, expect_pos = 4 + first;
+    for (int v = 0; v < 5; v++) {
+        ink_gen_opts g = o;
+        g.drafter = v ? d : NULL;
+        g.block_size = v ? 4 : 0;
+        g.capture_commit = v == 2;
+        g.sampling.temp = v >= 3 ? 1.0f : 0.0f;
+        g.sampling.seed = 7;
+        ink_err e2 = {0};
+        /* sampled runs take other paths: X in the prompt instead, caught on the prompt's last row */
+        const int32_t prx[4] = {3, 1, X, 1};
+        int rc = ink_generate(s, v >= 3 ? prx : pr, 4, &g, out, 16, &n, NULL, &e2);
+        assert_int_equal(rc, INK_E_NUMERIC);
+        assert_int_equal(e2.code, INK_E_NUMERIC);
+        char want[64];
+        snprintf(want, sizeof want, "non-finite logits at position %d", v >= 3 ? 3 : expect_pos);
+        if (!strstr(e2.msg, want)) fail_msg("variant %d: '%s' lacks '%s'", v, e2.msg, want);
+        assert_int_equal(n, v >= 3 ? 0 : expect_n);
+        assert_memory_equal(out, ref, (size_t)n * sizeof *out); /* greedy: exactly the plain tokens up to X */
+    }
+    m->embed = saved;
+    free(emb);
+    ink_session_free(s);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
+/* The generator as an object: start / step / finish equals ink_generate, token for token. */
+static void test_generator_steps_equal_generate(void **state)
+{
+    (void)state;
+    ink_model *m;
+    ink_err e = {0};
+    ink_model_opts mo = {.n_threads = 1};
+    assert_int_equal(ink_model_open(&m, MOE, &mo, &e), 0);
+    ink_drafter *d;
+    assert_int_equal(ink_drafter_open(&d, m, MOE "/drafter-fit", &e), 0);
+    ink_session *s, *s2;
+    assert_int_equal(ink_session_create(&s, m, 256, &e), 0);
+    assert_int_equal(ink_session_create(&s2, m, 256, &e), 0);
+    const int32_t pr[4] = {3, 1, 4, 1};
+    int32_t a[32], b[32];
+    int na, steps = 0;
+    ink_gen_opts o = {.max_tokens = 30, .drafter = d, .sampling = {.temp = 0.8f, .seed = 11}};
+    ink_gen_stats st;
+    assert_int_equal(ink_generate(s, pr, 4, &o, a, 32, &na, NULL, &e), 0);
+    ink_gen *g;
+    assert_int_equal(ink_gen_create(&g, s2, &e), 0);
+    assert_int_equal(ink_gen_start(g, pr, 4, &o, b, 32, &st, &e), 0);
+    assert_int_equal(ink_gen_n_out(g), 1);
+    while (!ink_gen_done(g)) assert_int_equal(ink_gen_step(g, &e), 0), steps++;
+    assert_int_equal(ink_gen_finish(g), 0);
+    assert_int_equal(ink_gen_n_out(g), na);
+    assert_memory_equal(a, b, (size_t)na * sizeof *a);
+    assert_int_equal(st.generated_tokens, na);
+    assert_true(steps >= st.rounds && st.rounds > 0);
+    ink_gen_free(g);
+    ink_session_free(s), ink_session_free(s2);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_walk),
+        cmocka_unit_test(test_accept_draw),
+        cmocka_unit_test(test_residual),
+        cmocka_unit_test(test_accept_is_lossless),
+        cmocka_unit_test(test_nan_logits_stop_with_position),
+        cmocka_unit_test(test_generator_steps_equal_generate),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
