@@ -16,7 +16,7 @@ OPT_asan    := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-
 OPT_debug   := -O0 -g
 CFLAGS  += $(CSTD) $(WARN) $(OPT_$(MODE)) -Iinclude -Isrc -Itests -MMD -MP
 LDFLAGS += $(filter -fsanitize=%,$(OPT_$(MODE)))
-LDLIBS  += -ljansson -lpcre2-8 -lcurl -lmicrohttpd -lpthread -lm
+LDLIBS  += -ljansson -lpcre2-8 -lcurl -lcrypto -lmicrohttpd -lpthread -lm
 
 LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
 CLI_SRC  := $(shell find src/cli -name '*.c' | sort)

@@ -731,8 +731,15 @@ typedef struct dl {
     int drawn;
 } dl;
 
+static void hashes_free(dl *d)
+{
+    ink_sha256_free(&d->s256);
+    ink_sha1_free(&d->s1);
+}
+
 static void hashes_reset(dl *d)
 {
+    hashes_free(d);
     ink_sha256_init(&d->s256);
     d->use_s1 = d->f->blob[0] && d->size >= 0;
     if (d->use_s1) {
@@ -869,14 +876,16 @@ static int verify(dl *d, char *what, size_t nwhat, ink_err *err)
     uint8_t dig[32];
     char hex[65];
     if (d->f->sha256[0]) {
-        ink_sha256_final(&d->s256, dig);
+        if (ink_sha256_final(&d->s256, dig) != 0)
+            return ink_err_set(err, INK_E_NOMEM, "%s: libcrypto could not compute the sha256", d->f->path);
         ink_hex(dig, 32, hex);
         if (strcmp(hex, d->f->sha256) != 0)
             return ink_err_set(err, INK_E_FORMAT, "%s: sha256 %s, expected %s", d->f->path, hex,
                                d->f->sha256);
         snprintf(what, nwhat, "sha256 ok");
     } else if (d->use_s1) {
-        ink_sha1_final(&d->s1, dig);
+        if (ink_sha1_final(&d->s1, dig) != 0)
+            return ink_err_set(err, INK_E_NOMEM, "%s: libcrypto could not compute the sha1", d->f->path);
         ink_hex(dig, 20, hex);
         if (strcmp(hex, d->f->blob) != 0)
             return ink_err_set(err, INK_E_FORMAT, "%s: git blob id %s, expected %s", d->f->path, hex,
@@ -1039,6 +1048,7 @@ static int download_one(hub *h, hub_file *f, const char *dest, int idx, int n, i
             unlink(partial);
             rc = ink_err_set(err, INK_E_FORMAT, "verification failed: %s; the download was deleted",
                              ev.msg);
+            hashes_free(&d);
             close(d.fd);
             return rc;
         }
@@ -1056,6 +1066,7 @@ static int download_one(hub *h, hub_file *f, const char *dest, int idx, int n, i
         goto fail;
     }
     fsync_dir_of(dest);
+    hashes_free(&d);
     close(d.fd);
     if (h->log) {
         double el = now_s() - d.t0;
@@ -1067,6 +1078,7 @@ static int download_one(hub *h, hub_file *f, const char *dest, int idx, int n, i
     }
     return INK_OK;
 fail:
+    hashes_free(&d);
     close(d.fd);
     return rc;
 }
