@@ -3,7 +3,7 @@
 #   make test     installs missing Debian packages, builds and runs every test
 #   make asan     the same tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench    runs `inkling bench`
-#   make tsan     ThreadSanitizer build; runs the thread-pool users (kernels, model) and the server tests
+#   make tsan     ThreadSanitizer build; runs the pool tests, its users (kernels, model) and the server tests
 #   make cross-aarch64  cross-builds for aarch64 (Debian gcc-aarch64-linux-gnu) and runs the tests
 #                 under qemu-user (see the section at the end)
 # Objects live in build/<mode>/; library sources are every src/**/*.c except src/cli/.
@@ -90,10 +90,10 @@ asan: deps
 	@$(MAKE) --no-print-directory MODE=asan check-build
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 tests/run.sh build/asan
 
-# The pool (src/base/pool.c) is exercised by every multi-threaded matmul in test_kernels and the
+# The pool (src/base/pool.c) is exercised by test_pool, every multi-threaded matmul in test_kernels and the
 # forward passes of test_model; test_server drives `inkling serve` (built with TSan too) from
 # concurrent clients. A data race makes the binary exit 66, which run.sh counts as a failure.
-TSAN_TESTS := test_kernels test_model test_server
+TSAN_TESTS := test_pool test_kernels test_model test_server
 tsan: deps
 	@$(MAKE) --no-print-directory MODE=tsan build/tsan/inkling $(TSAN_TESTS:%=build/tsan/tests/%)
 	@TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 tests/run.sh build/tsan
