@@ -3,6 +3,9 @@
 #   make test     installs missing Debian packages, builds and runs every test
 #   make asan     the same tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench    runs `inkling bench`
+#   make tsan     ThreadSanitizer build; runs the pool tests, its users (kernels, model) and the server tests
+#   make cross-aarch64  cross-builds for aarch64 (Debian gcc-aarch64-linux-gnu) and runs the tests
+#                 under qemu-user (see the section at the end)
 # Objects live in build/<mode>/; library sources are every src/**/*.c except src/cli/.
 
 CC      ?= cc
@@ -14,9 +17,10 @@ CSTD    := -std=c17 -D_POSIX_C_SOURCE=200809L
 OPT_release := -O2 -g -fno-omit-frame-pointer
 OPT_asan    := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 OPT_debug   := -O0 -g
+OPT_tsan    := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
 CFLAGS  += $(CSTD) $(WARN) $(OPT_$(MODE)) -Iinclude -Isrc -Itests -MMD -MP
 LDFLAGS += $(filter -fsanitize=%,$(OPT_$(MODE)))
-LDLIBS  += -ljansson -lpcre2-8 -lcurl -lmicrohttpd -lpthread -lm
+LDLIBS  += -ljansson -lpcre2-8 -lcurl -lcrypto -lmicrohttpd -lpthread -lm
 
 LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
 CLI_SRC  := $(shell find src/cli -name '*.c' | sort)
@@ -33,7 +37,7 @@ LIBA     := $(BUILD)/libinkling.a
 BIN      := $(BUILD)/inkling
 
 .SECONDARY:
-.PHONY: all test asan debug bench clean deps check-build test-large
+.PHONY: all test asan tsan debug bench clean deps check-build test-large
 all: $(BIN) $(TOOL_BIN)
 ifeq ($(MODE),release)
 	@ln -sf $(BIN) inkling
@@ -56,7 +60,7 @@ FORCE:
 $(LIBA): $(LIB_OBJ)
 	@rm -f $@
 	@echo "  AR    $@"
-	@ar rcs $@ $^
+	@$(AR) rcs $@ $^
 
 $(BIN): $(CLI_OBJ) $(LIBA)
 	@echo "  LD    $@"
@@ -66,7 +70,7 @@ $(BIN): $(CLI_OBJ) $(LIBA)
 CLIA := $(BUILD)/libinkcli.a
 $(CLIA): $(filter-out %/main.o,$(CLI_OBJ))
 	@rm -f $@
-	@ar rcs $@ $^
+	@$(AR) rcs $@ $^
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TSUP_OBJ) $(CLIA) $(LIBA)
 	@echo "  LD    $@"
@@ -85,6 +89,14 @@ test: deps
 asan: deps
 	@$(MAKE) --no-print-directory MODE=asan check-build
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 tests/run.sh build/asan
+
+# The pool (src/base/pool.c) is exercised by test_pool, every multi-threaded matmul in test_kernels and the
+# forward passes of test_model; test_server drives `inkling serve` (built with TSan too) from
+# concurrent clients. A data race makes the binary exit 66, which run.sh counts as a failure.
+TSAN_TESTS := test_pool test_kernels test_model test_server
+tsan: deps
+	@$(MAKE) --no-print-directory MODE=tsan build/tsan/inkling $(TSAN_TESTS:%=build/tsan/tests/%)
+	@TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 tests/run.sh build/tsan
 
 debug:
 	@$(MAKE) --no-print-directory MODE=debug all
@@ -164,7 +176,7 @@ $(FUZZ_B)/obj/driver_%.o: fuzz/driver.c fuzz/fuzz.h $(FUZZ_B)/flags
 
 $(FUZZ_B)/libinkling.a: $(FUZZ_LIBOBJ)
 	@rm -f $@
-	@ar rcs $@ $^
+	@$(AR) rcs $@ $^
 
 $(FUZZ_B)/fuzz_%: $(FUZZ_B)/obj/driver_%.o $(FUZZ_OBJS) $(FUZZ_B)/libinkling.a
 	@echo "  FUZZLD $@"
@@ -186,3 +198,24 @@ $(BUILD)/tests/test_fuzz_regressions: $(BUILD)/tests/test_fuzz_regressions.o $(F
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) $< $(FUZZ_TEST_OBJ) $(TSUP_OBJ) $(LIBA) $(LDLIBS) -lcmocka -o $@
 .PRECIOUS: $(FUZZ_B)/obj/%.o $(FUZZ_B)/obj/driver_%.o
+
+# ---- aarch64 cross build (issue 14) -------------------------------------------------------------
+#   make cross-aarch64   builds everything for aarch64 with Debian's gcc-aarch64-linux-gnu into
+#                        build/aarch64/ and runs the whole test suite under qemu-user (no binfmt
+#                        needed: tests/run.sh prefixes each test with qemu, and INKLING_BIN is a
+#                        wrapper script, so tests that run the CLI run it under qemu too). On aarch64
+#                        the kernels fall back to the scalar set. Needs the arm64 -dev libraries
+#                        through Debian multiarch; scripts/cross-deps installs them.
+CROSS        ?= aarch64-linux-gnu-
+QEMU_AARCH64 ?= qemu-aarch64-static
+OPT_aarch64  := -O2 -g -fno-omit-frame-pointer
+.PHONY: cross-aarch64 cross-aarch64-build
+cross-aarch64-build:
+	@$(MAKE) --no-print-directory MODE=aarch64 CC=$(CROSS)gcc AR=$(CROSS)ar check-build
+	@printf '#!/bin/sh\nexec %s "%s/build/aarch64/inkling" "$$@"\n' "$(QEMU_AARCH64)" "$(CURDIR)" > build/aarch64/inkling-qemu
+	@chmod +x build/aarch64/inkling-qemu
+
+cross-aarch64:
+	@scripts/cross-deps
+	@$(MAKE) --no-print-directory cross-aarch64-build
+	@INKLING_BIN=build/aarch64/inkling-qemu INKLING_TEST_RUNNER=$(QEMU_AARCH64) tests/run.sh build/aarch64

@@ -1,10 +1,10 @@
 /* fuzz_hub.c — the Hub API answer (`GET /api/models/{repo}/revision/{rev}?blobs=true`) through the
- * downloader's listing parser and file selection. hub.c keeps them static, so this file includes
- * it (this object then stands in for hub.o wherever it is linked before libinkling.a).
+ * downloader's listing parser and file selection. hub_list.c keeps them static, so this file includes
+ * it (this object then stands in for hub_list.o wherever it is linked before libinkling.a).
  * Besides the Hub fields, the harness reads "x-include" / "x-exclude" (arrays of glob strings) from
  * the same object to drive --include / --exclude. Property: a selected file always has a safe
  * repository path (no absolute path, '..', backslash or empty component). */
-#include "../src/dl/hub.c"
+#include "../src/dl/hub_list.c"
 
 #include "fuzz.h"
 
@@ -46,9 +46,9 @@ int ink_fuzz_hub(const uint8_t *data, size_t n)
     ink_err err = {0};
     int rc = parse_listing(&h, body, &err);
     if (rc == INK_OK) {
-        if (!is_hex(h.commit, 40) || h.commit[40]) fz_fail("accepted commit '%.41s'", h.commit);
+        if (!hub_is_hex(h.commit, 40) || h.commit[40]) fz_fail("accepted commit '%.41s'", h.commit);
         ink_err e2 = {0};
-        if (select_files(&h, &e2) == INK_OK)
+        if (hub_select_files(&h, &e2) == INK_OK)
             for (int i = 0; i < h.n_files; i++)
                 if (h.files[i].selected && !ink_hub_path_safe(h.files[i].path))
                     fz_fail("selected an unsafe path '%s'", h.files[i].path);

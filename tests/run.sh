@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test binary in BUILD/tests and prints one summary line the CI reads:
+# Runs every test binary in BUILD/tests and prints one summary line the CI reads (INKLING_TEST_RUNNER,
+# e.g. qemu-aarch64-static, prefixes each binary: `make cross-aarch64`):
 #   "N passed, M failed, K skipped"
 # A skipped test is reported as skipped, never as passed. A binary that crashes or exits non-zero
 # without reporting a failure counts as one failure. Run from the repository root.
@@ -11,7 +12,7 @@ for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
   case "$t" in *.o|*.d) continue;; esac
   name=$(basename "$t")
-  out=$("$t" 2>&1); rc=$?
+  out=$(${INKLING_TEST_RUNNER:-} "$t" 2>&1); rc=$?
   p=$(grep -c '^\[       OK \]' <<<"$out")
   f=$(grep '^\[  FAILED  \]' <<<"$out" | grep -vc 'test(s)')
   s=$(grep '^\[  SKIPPED \]' <<<"$out" | grep -vc 'test(s)')

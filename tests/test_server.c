@@ -358,7 +358,7 @@ static int group_setup(void **state)
 {
     (void)state;
     const char *ao = getenv("ASAN_OPTIONS");
-    g_asan = strstr(tu_bin(), "asan") != NULL || (ao && *ao);
+    g_asan = strstr(tu_bin(), "asan") != NULL || strstr(tu_bin(), "tsan") != NULL || (ao && *ao);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     if (make_models()) return -1;
     ink_err e = {0};

@@ -440,6 +440,10 @@ void ink_matmul_rows(const ink_mat *W, const float *x, int ldx, int T, float *y,
 
 double ink_avx2_read(const void *buf, size_t bytes);  /* kern_avx2.c: checksum of 8 interleaved streams */
 double ink_avx2_fma(long iters);                      /* kern_avx2.c: 10 chains x 8 lanes x iters FMAs */
+#if !(defined(__x86_64__) && defined(__GNUC__)) /* no kern_avx2 code: simd_probes() is 0, never called */
+double ink_avx2_read(const void *buf, size_t bytes) { (void)buf; (void)bytes; return 0.0; }
+double ink_avx2_fma(long iters) { (void)iters; return 0.0; }
+#endif
 
 static double now_s(void)
 {

@@ -1,6 +1,6 @@
-/* tokenizer.c — tokenizer.json loading and byte-level BPE encode / decode (see tokenizer.h). */
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include "tok/tokenizer.h"
+/* tokenizer.c — tokenizer.json loading and validation, the id and merge tables, accessors (see
+ * tokenizer.h; tok_int.h lists the other files: tok_encode.c, tok_decode.c). */
+#include "tok/tok_int.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -9,49 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { ENT_NONE = 0, ENT_VOCAB = 1, ENT_ADDED = 2 };
-
-typedef struct tok_ent {
-    uint32_t off, len;
-    uint8_t kind;    /* ENT_* */
-    uint8_t special; /* added token marked special */
-} tok_ent;
-
-/* Token ids are below 2^24 (config.json's vocab_size limit): the id table is sized by the largest id. */
-#define TOK_MAX_ID (1 << 24)
-
-typedef struct added_tok {
-    int32_t id;
-    uint32_t off, len;
-    int special;
-} added_tok;
-
-struct ink_tokenizer {
-    int n_vocab;
-    tok_ent *ent;
-    char *arena;
-    size_t arena_len, arena_cap;
-    /* ordinary vocab: open addressing over ids, keyed by the token bytes */
-    int32_t *vh;
-    size_t vh_mask;
-    /* merges: open addressing, key = left << 32 | right */
-    uint64_t *mk;
-    uint32_t *mrank;
-    int32_t *mid;
-    size_t mh_mask, n_merges;
-    int32_t byte_id[256];
-    int ignore_merges;
-    pcre2_code *re;
-    int jit;
-    /* added tokens sorted by (first byte, length descending); bucket [first[c], first[c+1]) */
-    added_tok *added;
-    size_t n_added;
-    uint32_t first[257];
-    int any_nonspecial;
-    size_t max_piece;
-    int64_t model_max_length;
-};
 
 /* ---- small helpers -------------------------------------------------------------------------- */
 
@@ -83,134 +40,6 @@ static size_t pow2_at_least(size_t n)
     return p;
 }
 
-void ink_tokens_free(ink_tokens *v)
-{
-    if (!v)
-        return;
-    free(v->ids);
-    v->ids = NULL;
-    v->n = v->cap = 0;
-}
-
-static int tokens_reserve(ink_tokens *v, size_t extra, ink_err *err)
-{
-    if (v->n + extra <= v->cap)
-        return INK_OK;
-    size_t nc = v->cap ? v->cap : 64;
-    while (nc < v->n + extra)
-        nc *= 2;
-    int32_t *p = realloc(v->ids, nc * sizeof *p);
-    if (!p)
-        return ink_err_set(err, INK_E_NOMEM, "tokenizer: out of memory growing id array to %zu", nc);
-    v->ids = p;
-    v->cap = nc;
-    return INK_OK;
-}
-
-int ink_tokens_push(ink_tokens *v, int32_t id, ink_err *err)
-{
-    int rc = tokens_reserve(v, 1, err);
-    if (rc)
-        return rc;
-    v->ids[v->n++] = id;
-    return INK_OK;
-}
-
-size_t ink_utf8_valid_prefix(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned char b = s[i];
-        if (b < 0x80) {
-            i++;
-            continue;
-        }
-        size_t need;
-        unsigned char lo = 0x80, hi = 0xbf;
-        if (b >= 0xc2 && b <= 0xdf)
-            need = 1;
-        else if (b >= 0xe0 && b <= 0xef) {
-            need = 2;
-            if (b == 0xe0)
-                lo = 0xa0;
-            else if (b == 0xed)
-                hi = 0x9f;
-        } else if (b >= 0xf0 && b <= 0xf4) {
-            need = 3;
-            if (b == 0xf0)
-                lo = 0x90;
-            else if (b == 0xf4)
-                hi = 0x8f;
-        } else
-            return i;
-        if (i + need >= n)
-            return i;
-        if (s[i + 1] < lo || s[i + 1] > hi)
-            return i;
-        for (size_t k = 2; k <= need; k++)
-            if ((s[i + k] & 0xc0) != 0x80)
-                return i;
-        i += need + 1;
-    }
-    return i;
-}
-
-/* Lossy UTF-8 conversion with maximal-subpart U+FFFD substitution. Writes to out (room for
- * 3 * n bytes suffices). When !final, an incomplete but valid-so-far tail is not consumed.
- * Returns bytes written; *consumed = input bytes used. */
-static size_t utf8_lossy(const unsigned char *s, size_t n, char *out, int final, size_t *consumed)
-{
-    size_t i = 0, o = 0;
-    while (i < n) {
-        unsigned char b = s[i];
-        if (b < 0x80) {
-            out[o++] = (char)b;
-            i++;
-            continue;
-        }
-        size_t need = 0;
-        unsigned char lo = 0x80, hi = 0xbf;
-        if (b >= 0xc2 && b <= 0xdf)
-            need = 1;
-        else if (b >= 0xe0 && b <= 0xef) {
-            need = 2;
-            if (b == 0xe0)
-                lo = 0xa0;
-            else if (b == 0xed)
-                hi = 0x9f;
-        } else if (b >= 0xf0 && b <= 0xf4) {
-            need = 3;
-            if (b == 0xf0)
-                lo = 0x90;
-            else if (b == 0xf4)
-                hi = 0x8f;
-        }
-        size_t k = 0; /* valid continuation bytes seen */
-        if (need) {
-            while (k < need && i + 1 + k < n) {
-                unsigned char c = s[i + 1 + k];
-                unsigned char l = k == 0 ? lo : 0x80, h = k == 0 ? hi : 0xbf;
-                if (c < l || c > h)
-                    break;
-                k++;
-            }
-            if (k == need) {
-                memcpy(out + o, s + i, need + 1);
-                o += need + 1;
-                i += need + 1;
-                continue;
-            }
-            if (i + 1 + k == n && !final)
-                break; /* incomplete tail: hold it */
-        }
-        out[o++] = (char)0xef;
-        out[o++] = (char)0xbf;
-        out[o++] = (char)0xbd;
-        i += 1 + k;
-    }
-    *consumed = i;
-    return o;
-}
 
 /* ---- byte-level alphabet -------------------------------------------------------------------- */
 
@@ -274,7 +103,7 @@ static int arena_add(ink_tokenizer *t, const void *s, size_t n, uint32_t *off, i
     return INK_OK;
 }
 
-static int32_t vocab_find(const ink_tokenizer *t, const unsigned char *s, size_t n)
+int32_t tok_vocab_find(const ink_tokenizer *t, const unsigned char *s, size_t n)
 {
     if (!t->vh)
         return -1;
@@ -299,7 +128,7 @@ static void vocab_insert(ink_tokenizer *t, int32_t id)
     t->vh[i] = id;
 }
 
-static int merge_find(const ink_tokenizer *t, int32_t l, int32_t r, uint32_t *rank, int32_t *id)
+int tok_merge_find(const ink_tokenizer *t, int32_t l, int32_t r, uint32_t *rank, int32_t *id)
 {
     uint64_t key = ((uint64_t)(uint32_t)l << 32) | (uint32_t)r;
     size_t i = hash_u64(key) & t->mh_mask;
@@ -588,7 +417,7 @@ static int fill_vocab(ink_tokenizer *t, json_t *vocab, const char *name, const i
             rc = ink_err_set(err, INK_E_FORMAT, "%s: model.vocab: id %d is used twice", name, (int)id);
             break;
         }
-        if (vocab_find(t, buf, (size_t)n) >= 0) {
+        if (tok_vocab_find(t, buf, (size_t)n) >= 0) {
             rc = ink_err_set(err, INK_E_FORMAT, "%s: model.vocab['%.64s']: duplicate token bytes", name,
                              key);
             break;
@@ -616,7 +445,7 @@ static int merge_side(ink_tokenizer *t, const int16_t u2b[324], const char *s, s
     if (n < 0)
         return -1;
     *nb = n;
-    *id = vocab_find(t, buf, (size_t)n);
+    *id = tok_vocab_find(t, buf, (size_t)n);
     return *id < 0 ? -2 : 0;
 }
 
@@ -676,7 +505,7 @@ static int fill_merges(ink_tokenizer *t, json_t *merges, const char *name, const
                              "pair of vocabulary tokens", name, i, ls, rs);
             break;
         }
-        int32_t im = vocab_find(t, buf, (size_t)(nl + nr));
+        int32_t im = tok_vocab_find(t, buf, (size_t)(nl + nr));
         if (im < 0) {
             rc = ink_err_set(err, INK_E_FORMAT, "%s: model.merges[%zu]: merged token '%.32s%.32s' is "
                              "not in the vocabulary", name, i, ls, rs);
@@ -1006,7 +835,7 @@ int32_t ink_tokenizer_token_id(const ink_tokenizer *t, const char *s, size_t len
 {
     if (!t || !s)
         return -1;
-    int32_t id = vocab_find(t, (const unsigned char *)s, len);
+    int32_t id = tok_vocab_find(t, (const unsigned char *)s, len);
     if (id >= 0)
         return id;
     for (size_t i = 0; i < t->n_added; i++)
@@ -1014,415 +843,3 @@ int32_t ink_tokenizer_token_id(const ink_tokenizer *t, const char *s, size_t len
             return t->added[i].id;
     return -1;
 }
-
-/* ---- encoding ------------------------------------------------------------------------------- */
-
-typedef struct heap_ent {
-    uint32_t rank, pos;
-} heap_ent;
-
-typedef struct enc_ctx {
-    const ink_tokenizer *t;
-    ink_tokens *v;
-    ink_err *err;
-    pcre2_match_data *md;
-    pcre2_match_context *mc;
-    pcre2_jit_stack *js;
-    int32_t *sym;
-    uint32_t *prv, *nxt;
-    size_t scap;
-    heap_ent *heap;
-    size_t hn, hcap;
-} enc_ctx;
-
-static int heap_less(heap_ent a, heap_ent b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
-
-static void heap_push(enc_ctx *c, heap_ent e)
-{
-    size_t i = c->hn++;
-    c->heap[i] = e;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!heap_less(c->heap[i], c->heap[p]))
-            break;
-        heap_ent tmp = c->heap[i];
-        c->heap[i] = c->heap[p];
-        c->heap[p] = tmp;
-        i = p;
-    }
-}
-
-static heap_ent heap_pop(enc_ctx *c)
-{
-    heap_ent top = c->heap[0];
-    c->heap[0] = c->heap[--c->hn];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < c->hn && heap_less(c->heap[l], c->heap[m]))
-            m = l;
-        if (r < c->hn && heap_less(c->heap[r], c->heap[m]))
-            m = r;
-        if (m == i)
-            break;
-        heap_ent tmp = c->heap[i];
-        c->heap[i] = c->heap[m];
-        c->heap[m] = tmp;
-        i = m;
-    }
-    return top;
-}
-
-static int ctx_reserve(enc_ctx *c, size_t n)
-{
-    if (n <= c->scap)
-        return INK_OK;
-    size_t nc = c->scap ? c->scap : 256;
-    while (nc < n)
-        nc *= 2;
-    int32_t *s = realloc(c->sym, nc * sizeof *s);
-    if (s)
-        c->sym = s;
-    uint32_t *p = realloc(c->prv, nc * sizeof *p);
-    if (p)
-        c->prv = p;
-    uint32_t *x = realloc(c->nxt, nc * sizeof *x);
-    if (x)
-        c->nxt = x;
-    heap_ent *h = realloc(c->heap, 3 * nc * sizeof *h);
-    if (h)
-        c->heap = h;
-    if (!s || !p || !x || !h)
-        return ink_err_set(c->err, INK_E_NOMEM, "tokenizer: out of memory (piece of %zu bytes)", n);
-    c->scap = nc;
-    c->hcap = 3 * nc;
-    return INK_OK;
-}
-
-static void push_pair(enc_ctx *c, uint32_t pos)
-{
-    uint32_t rank;
-    int32_t id;
-    uint32_t j = c->nxt[pos];
-    if (merge_find(c->t, c->sym[pos], c->sym[j], &rank, &id))
-        heap_push(c, (heap_ent){rank, pos});
-}
-
-static int bpe_piece(enc_ctx *c, const unsigned char *p, size_t n)
-{
-    const ink_tokenizer *t = c->t;
-    int rc;
-    if (n == 0)
-        return INK_OK;
-    if (t->ignore_merges || n == 1) {
-        int32_t id = vocab_find(t, p, n);
-        if (id >= 0)
-            return ink_tokens_push(c->v, id, c->err);
-    }
-    if ((rc = ctx_reserve(c, n)) || (rc = tokens_reserve(c->v, n, c->err)))
-        return rc;
-    for (size_t i = 0; i < n; i++) {
-        c->sym[i] = t->byte_id[p[i]];
-        c->prv[i] = (uint32_t)i - 1; /* UINT32_MAX for the first */
-        c->nxt[i] = (uint32_t)(i + 1);
-    }
-    c->hn = 0;
-    for (size_t i = 0; i + 1 < n; i++)
-        push_pair(c, (uint32_t)i);
-    while (c->hn) {
-        heap_ent e = heap_pop(c);
-        uint32_t pos = e.pos;
-        if (c->sym[pos] < 0)
-            continue;
-        uint32_t j = c->nxt[pos];
-        if (j >= n)
-            continue;
-        uint32_t rank;
-        int32_t id;
-        if (!merge_find(t, c->sym[pos], c->sym[j], &rank, &id) || rank != e.rank)
-            continue;
-        c->sym[pos] = id;
-        c->sym[j] = -1;
-        c->nxt[pos] = c->nxt[j];
-        if (c->nxt[j] < n)
-            c->prv[c->nxt[j]] = pos;
-        if (c->hn + 2 > c->hcap)
-            continue; /* cannot happen: at most n-1 + 2 per merge pushes live, bounded by 3n */
-        if (c->prv[pos] != UINT32_MAX)
-            push_pair(c, c->prv[pos]);
-        if (c->nxt[pos] < n)
-            push_pair(c, pos);
-    }
-    for (uint32_t i = 0; i < n; i = c->nxt[i])
-        c->v->ids[c->v->n++] = c->sym[i];
-    return INK_OK;
-}
-
-static size_t utf8_char_len(unsigned char b)
-{
-    return b < 0x80 ? 1 : b < 0xe0 ? 2 : b < 0xf0 ? 3 : 4;
-}
-
-static int split_run(enc_ctx *c, const unsigned char *s, size_t n)
-{
-    size_t gap = 0, from = 0;
-    int rc;
-    while (from < n) {
-        int m = pcre2_match(c->t->re, s, n, from, PCRE2_NO_UTF_CHECK, c->md, c->mc);
-        if (m == PCRE2_ERROR_NOMATCH)
-            break;
-        if (m < 0) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(m, msg, sizeof msg);
-            return ink_err_set(c->err, INK_E_INVAL, "tokenizer: pre-tokenizer regex failed: %s",
-                               (const char *)msg);
-        }
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
-        size_t ms = ov[0], me = ov[1];
-        if (me == ms) { /* empty match: the character stays in the gap */
-            if (ms >= n)
-                break;
-            from = ms + utf8_char_len(s[ms]);
-            continue;
-        }
-        if (ms > gap && (rc = bpe_piece(c, s + gap, ms - gap)))
-            return rc;
-        if ((rc = bpe_piece(c, s + ms, me - ms)))
-            return rc;
-        gap = from = me;
-    }
-    return n > gap ? bpe_piece(c, s + gap, n - gap) : INK_OK;
-}
-
-static int encode_gap(enc_ctx *c, const unsigned char *s, size_t n)
-{
-    while (n) {
-        size_t k = ink_utf8_valid_prefix(s, n);
-        if (k) {
-            int rc = split_run(c, s, k);
-            if (rc)
-                return rc;
-            s += k;
-            n -= k;
-        }
-        if (n) { /* one byte that is not valid UTF-8: its byte token */
-            int rc = ink_tokens_push(c->v, c->t->byte_id[s[0]], c->err);
-            if (rc)
-                return rc;
-            s++;
-            n--;
-        }
-    }
-    return INK_OK;
-}
-
-static int encode_all(enc_ctx *c, const unsigned char *s, size_t n, int flags)
-{
-    const ink_tokenizer *t = c->t;
-    int rc;
-    int use_special = (flags & INK_TOK_SPECIAL) != 0;
-    if (!t->n_added || (!use_special && !t->any_nonspecial))
-        return encode_gap(c, s, n);
-    size_t seg = 0, i = 0;
-    while (i < n) {
-        unsigned char b = s[i];
-        const added_tok *hit = NULL;
-        for (uint32_t k = t->first[b]; k < t->first[b + 1]; k++) {
-            const added_tok *a = &t->added[k];
-            if (a->special && !use_special)
-                continue;
-            if (a->len <= n - i && !memcmp(t->arena + a->off, s + i, a->len)) {
-                hit = a; /* bucket is sorted longest first */
-                break;
-            }
-        }
-        if (!hit) {
-            i++;
-            continue;
-        }
-        if (i > seg && (rc = encode_gap(c, s + seg, i - seg)))
-            return rc;
-        if ((rc = ink_tokens_push(c->v, hit->id, c->err)))
-            return rc;
-        i += hit->len;
-        seg = i;
-    }
-    return n > seg ? encode_gap(c, s + seg, n - seg) : INK_OK;
-}
-
-int ink_tokenizer_encode(const ink_tokenizer *t, const char *text, size_t len, int flags,
-                         ink_tokens *v, ink_err *err)
-{
-    if (!t || !v || (!text && len))
-        return ink_err_set(err, INK_E_INVAL, "ink_tokenizer_encode: NULL argument");
-    size_t n0 = v->n;
-    if (len == 0)
-        return INK_OK;
-    enc_ctx c = {.t = t, .v = v, .err = err};
-    int rc = INK_OK;
-    c.md = pcre2_match_data_create_from_pattern(t->re, NULL);
-    c.mc = pcre2_match_context_create(NULL);
-    if (c.mc) { /* the pattern is linear per match; the defaults (10M steps) stop 16 MiB of spaces */
-        pcre2_set_match_limit(c.mc, UINT32_MAX);
-        pcre2_set_depth_limit(c.mc, UINT32_MAX);
-        pcre2_set_heap_limit(c.mc, 1u << 20);
-    }
-    if (t->jit) {
-        c.js = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
-        if (c.js && c.mc)
-            pcre2_jit_stack_assign(c.mc, NULL, c.js);
-    }
-    if (!c.md || !c.mc || (t->jit && !c.js))
-        rc = ink_err_set(err, INK_E_NOMEM, "tokenizer: out of memory (regex match data)");
-    if (!rc)
-        rc = encode_all(&c, (const unsigned char *)text, len, flags);
-    if (rc)
-        v->n = n0;
-    pcre2_match_data_free(c.md);
-    pcre2_match_context_free(c.mc);
-    if (c.js)
-        pcre2_jit_stack_free(c.js);
-    free(c.sym);
-    free(c.prv);
-    free(c.nxt);
-    free(c.heap);
-    return rc;
-}
-
-int ink_tokenizer_encode_buf(const ink_tokenizer *t, const char *text, size_t len, int flags,
-                             int32_t *ids, size_t cap, size_t *n_needed, ink_err *err)
-{
-    ink_tokens v = {0};
-    int rc = ink_tokenizer_encode(t, text, len, flags, &v, err);
-    if (rc)
-        return rc;
-    if (n_needed)
-        *n_needed = v.n;
-    size_t k = v.n < cap ? v.n : cap;
-    if (k && ids)
-        memcpy(ids, v.ids, k * sizeof *ids);
-    if (v.n > cap)
-        rc = ink_err_set(err, INK_E_INVAL, "tokenizer: buffer of %zu ids is too small, need %zu", cap,
-                         v.n);
-    ink_tokens_free(&v);
-    return rc;
-}
-
-/* ---- decoding ------------------------------------------------------------------------------- */
-
-int ink_tokenizer_decode(const ink_tokenizer *t, const int32_t *ids, size_t n, int flags, char **out,
-                         size_t *out_len, ink_err *err)
-{
-    if (!t || !out || (!ids && n))
-        return ink_err_set(err, INK_E_INVAL, "ink_tokenizer_decode: NULL argument");
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= t->n_vocab || t->ent[ids[i]].kind == ENT_NONE)
-            return ink_err_set(err, INK_E_INVAL, "tokenizer: id %d at position %zu is not a token "
-                               "(vocabulary of %d)", (int)ids[i], i, t->n_vocab);
-        total += t->ent[ids[i]].len;
-    }
-    unsigned char *raw = malloc(total + 1);
-    if (!raw)
-        return ink_err_set(err, INK_E_NOMEM, "tokenizer: out of memory decoding %zu bytes", total);
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        const tok_ent *e = &t->ent[ids[i]];
-        if ((flags & INK_DECODE_SKIP_SPECIAL) && e->kind == ENT_ADDED && e->special)
-            continue;
-        memcpy(raw + o, t->arena + e->off, e->len);
-        o += e->len;
-    }
-    raw[o] = 0;
-    if (flags & INK_DECODE_LOSSY) {
-        char *l = malloc(3 * o + 1);
-        if (!l) {
-            free(raw);
-            return ink_err_set(err, INK_E_NOMEM, "tokenizer: out of memory decoding");
-        }
-        size_t used;
-        size_t ol = utf8_lossy(raw, o, l, 1, &used);
-        l[ol] = 0;
-        free(raw);
-        *out = l;
-        if (out_len)
-            *out_len = ol;
-        return INK_OK;
-    }
-    *out = (char *)raw;
-    if (out_len)
-        *out_len = o;
-    return INK_OK;
-}
-
-struct ink_detok {
-    const ink_tokenizer *t;
-    int flags;
-    unsigned char pend[4];
-    size_t npend;
-    unsigned char *in;
-    char *out;
-};
-
-int ink_detok_new(ink_detok **out, const ink_tokenizer *t, int flags, ink_err *err)
-{
-    if (!out || !t)
-        return ink_err_set(err, INK_E_INVAL, "ink_detok_new: NULL argument");
-    ink_detok *d = calloc(1, sizeof *d);
-    if (d) {
-        d->in = malloc(t->max_piece + 8);
-        d->out = malloc(3 * (t->max_piece + 8));
-    }
-    if (!d || !d->in || !d->out) {
-        ink_detok_free(d);
-        return ink_err_set(err, INK_E_NOMEM, "tokenizer: out of memory (stream decoder)");
-    }
-    d->t = t;
-    d->flags = flags;
-    *out = d;
-    return INK_OK;
-}
-
-void ink_detok_free(ink_detok *d)
-{
-    if (!d)
-        return;
-    free(d->in);
-    free(d->out);
-    free(d);
-}
-
-int ink_detok_feed(ink_detok *d, int32_t id, const char **text, size_t *len, ink_err *err)
-{
-    const ink_tokenizer *t = d->t;
-    if (id < 0 || id >= t->n_vocab || t->ent[id].kind == ENT_NONE)
-        return ink_err_set(err, INK_E_INVAL, "tokenizer: id %d is not a token (vocabulary of %d)",
-                           (int)id, t->n_vocab);
-    const tok_ent *e = &t->ent[id];
-    size_t n = d->npend;
-    memcpy(d->in, d->pend, n);
-    if (!((d->flags & INK_DECODE_SKIP_SPECIAL) && e->kind == ENT_ADDED && e->special)) {
-        memcpy(d->in + n, t->arena + e->off, e->len);
-        n += e->len;
-    }
-    size_t used;
-    size_t o = utf8_lossy(d->in, n, d->out, 0, &used);
-    d->npend = n - used;
-    memcpy(d->pend, d->in + used, d->npend);
-    d->out[o] = 0;
-    *text = d->out;
-    *len = o;
-    return INK_OK;
-}
-
-void ink_detok_flush(ink_detok *d, const char **text, size_t *len)
-{
-    size_t used;
-    size_t o = utf8_lossy(d->pend, d->npend, d->out, 1, &used);
-    d->out[o] = 0;
-    d->npend = 0;
-    *text = d->out;
-    *len = o;
-}
-
-size_t ink_detok_pending(const ink_detok *d) { return d ? d->npend : 0; }
