@@ -405,10 +405,8 @@ static int generate_once(run *r, const int32_t *ids, int n_ids, int text_mode, i
     r->o.on_token = on_token;
     r->o.on_round = on_round;
     r->o.ud = &k;
-    const int32_t *stops;
-    size_t n_stops = ink_chat_stop_ids(&stops);
-    r->o.stop_ids = chat ? stops : NULL;
-    r->o.n_stop_ids = chat ? (int)n_stops : 0;
+    r->o.stop_ids = NULL;
+    r->o.n_stop_ids = k.cp ? (int)ink_chat_stop_ids(ink_chat_parser_ids(k.cp), &r->o.stop_ids) : 0;
     if (isatty(2) && text_mode) fprintf(stderr, "prefill: %d tokens ...\r", n_ids);
     ink_gen_stats st;
     int n_out = 0;
