@@ -380,6 +380,35 @@ static void test_kjv_ids(void **state)
     ink_tokenizer_free(t);
 }
 
+/* A chat's history as ids (rendered prompt + reply as generated + its closing), continued with
+ * `continuation`, equals the whole conversation rendered at once. */
+static void test_continuation(void **state)
+{
+    (void)state;
+    ink_chat_ids c;
+    assert_int_equal(ink_chat_ids_get(g_tok, &c, NULL), INK_OK);
+    ink_chat_msg all[] = {
+        {.role = INK_ROLE_SYSTEM, .content = "Be brief."},
+        {.role = INK_ROLE_USER, .content = "Who was Moses?"},
+        {.role = INK_ROLE_ASSISTANT, .content = "A prophet."},
+        {.role = INK_ROLE_USER, .content = "And Aaron?"},
+    };
+    ink_chat_opts o = {.effort = "low"};
+    ink_tokens whole = {0}, hist = {0};
+    assert_int_equal(ink_chat_render(g_tok, all, 4, &o, &whole, NULL), INK_OK);
+    assert_int_equal(ink_chat_render(g_tok, all, 2, &o, &hist, NULL), INK_OK);
+    ink_tokens_push(&hist, c.text, NULL);
+    assert_int_equal(ink_tokenizer_encode(g_tok, "A prophet.", 10, 0, &hist, NULL), INK_OK);
+    ink_tokens_push(&hist, c.end_message, NULL);
+    ink_tokens_push(&hist, c.end_sampling, NULL);
+    o.continuation = 1;
+    assert_int_equal(ink_chat_render(g_tok, all + 3, 1, &o, &hist, NULL), INK_OK);
+    assert_int_equal(hist.n, whole.n);
+    assert_memory_equal(hist.ids, whole.ids, whole.n * sizeof *whole.ids);
+    ink_tokens_free(&whole);
+    ink_tokens_free(&hist);
+}
+
 /* A tokenizer without (some of) the tokens: the error names each missing spelling. */
 static void test_missing_tokens(void **state)
 {
@@ -586,6 +615,7 @@ int main(void)
         cmocka_unit_test(test_stop_ids),
         cmocka_unit_test(test_kjv_ids),
         cmocka_unit_test(test_missing_tokens),
+        cmocka_unit_test(test_continuation),
         cmocka_unit_test(test_parse_blocks),
         cmocka_unit_test(test_parse_truncated_and_bare),
         cmocka_unit_test(test_render_errors),

@@ -565,8 +565,8 @@ int ink_chat_render(const ink_tokenizer *tok, const ink_chat_msg *msgs, size_t n
     snprintf(line, sizeof line, "Thinking effort level: %s", es);
     size_t n0 = out->n;
     rnd r = {tok, &ids, out, err};
-    rc = render_tools(&r, o->tools);
-    int effort_done = 0;
+    rc = o->continuation ? INK_OK : render_tools(&r, o->tools);
+    int effort_done = o->continuation;
     for (size_t i = 0; i < n_msgs && !rc; i++) {
         int sys = msgs[i].role == INK_ROLE_SYSTEM || msgs[i].role == INK_ROLE_DEVELOPER;
         if (!sys && !effort_done) {

@@ -118,6 +118,8 @@ typedef struct ink_chat_opts {
                                   placeholder; a processor expands it). 0: INK_E_UNSUPPORTED */
     int text_prefill;          /* 1: when effort is 0, append <|content_text|> after the prompt
                                   (not template behaviour: forces a visible answer) */
+    int continuation;          /* 1: the messages continue an earlier rendering (a chat's next
+                                  turn appended to its history ids): no tool block, no effort block */
 } ink_chat_opts;
 
 /* Parses an effort name or number into [0, 0.99]. INK_E_INVAL otherwise. NULL gives 0.9. */
