@@ -1,18 +1,53 @@
 /*
- * pool.h — one persistent pthread pool per model. ink_pool_run(p, fn, ctx) calls fn(ctx, ith, nth)
- * once on each of the nth threads (the caller is thread 0) and returns when all are done. No thread
- * is created per call. A call made from inside a task runs serially (fn(ctx, 0, 1)).
+ * pool.h — one persistent pthread pool per model.
+ *
+ * Work is handed out in chunks that threads claim dynamically (an atomic counter), so a thread the
+ * OS has descheduled never holds the others: whoever is running takes the next chunk, and the
+ * caller (thread 0) takes chunks too. Results never depend on which thread ran which chunk, nor on
+ * the thread count: callers only give work whose chunks are independent (matmul rows, attention
+ * tiles).
+ *
+ * Waiting is bounded spinning (tens of microseconds: decode runs dozens of small matmuls per token)
+ * followed by a condition-variable sleep, so an idle pool (a server between requests) uses no CPU.
+ * When the pool sees that a worker keeps stalling the caller (another process shares the core), it
+ * runs the caller alone for a while and probes again later, with exponential back-off: on a busy
+ * machine it degrades to one thread instead of collapsing.
+ *
+ * No thread is created per call. A call made from inside a task runs serially.
  * Ownership: ink_pool_create returns a pool the caller frees with ink_pool_free (joins workers).
  */
 #ifndef INK_POOL_H
 #define INK_POOL_H
 
-typedef struct ink_pool ink_pool;
+/* ink_pool_run's task: slice `ith` of `nth` (each slice runs exactly once, on some thread). */
 typedef void (*ink_task_fn)(void *ctx, int ith, int nth);
+/* ink_pool_for's task: items [i0, i1); `tid` in [0, ink_pool_size) names the running thread, for
+ * per-thread scratch. It must give the same results for any partition of the items. */
+typedef void (*ink_range_fn)(void *ctx, int i0, int i1, int tid);
+
+typedef struct ink_pool ink_pool;
 
 ink_pool *ink_pool_create(int n_threads); /* NULL on failure; n_threads < 1 is treated as 1 */
 void ink_pool_free(ink_pool *p);
 int ink_pool_size(const ink_pool *p);
+
+/* fn(ctx, i, n) for every slice i < n = ink_pool_size(p); returns when all are done. */
 void ink_pool_run(ink_pool *p, ink_task_fn fn, void *ctx);
+/* fn over [0, n) in chunks of `grain` items (the last may be shorter); returns when all are done. */
+void ink_pool_for(ink_pool *p, int n, int grain, ink_range_fn fn, void *ctx);
+/* 1 (default): fall back to the caller alone while workers keep stalling it; 0: always use every
+ * thread (kernel benchmarks that measure n-thread bandwidth). */
+void ink_pool_set_adaptive(ink_pool *p, int on);
+
+/* Counters since creation, for benchmarks: runs made, runs the caller did alone because workers
+ * were stalling, and times the pool fell back to the caller alone. */
+typedef struct ink_pool_stats {
+    unsigned long long runs, solo_runs, fallbacks;
+} ink_pool_stats;
+void ink_pool_get_stats(const ink_pool *p, ink_pool_stats *out);
+
+/* The default thread count: physical cores among the CPUs this process may run on (affinity mask),
+ * at least 1. */
+int ink_default_threads(void);
 
 #endif

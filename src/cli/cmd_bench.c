@@ -337,7 +337,7 @@ static void cpu_name(char *out, size_t n)
 
 int cmd_bench(int argc, char **argv)
 {
-    int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), json = 0, quick = 0, nmod = 0;
+    int threads = ink_default_threads(), json = 0, quick = 0, nmod = 0;
     const char *models[8], *setarg = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
@@ -357,6 +357,7 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "bench: cannot start threads\n");
         return 1;
     }
+    ink_pool_set_adaptive(pools[1], 0); /* kernel numbers are n-thread numbers */
     json_t *J = json_object();
     char cpu[256];
     cpu_name(cpu, sizeof cpu);

@@ -65,7 +65,7 @@ static const char *env_nonempty(const char *name)
 int cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *draft_model = NULL, *effort = NULL;
-    const char *draft_kind = "none", *mtp_mode = "per-depth";
+    const char *draft_kind = "none", *mtp_mode = "per-depth", *hold = NULL;
     long port = 8080, threads = 0, n_ctx = 0, block = 0, dvocab = 0, replay = 0, queue = 8, max_conn = 64, timeout = 120, n_predict = -1;
     long top_k = 40, seed = 0, last_n = 64, body_limit = 8L << 20;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, freq = 0.0, pres = 0.0, ping = 15;
@@ -150,6 +150,10 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "--max-connections")) INT(1, 4096, max_conn);
         else if (!strcmp(a, "--timeout")) INT(1, 86400, timeout);
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = 1;
+        else if (!strcmp(a, "--debug-hold")) {
+            VAL();
+            hold = v;
+        }
         else {
             fprintf(stderr, "inkling serve: unknown option %s\n", a);
             usage(stderr);
@@ -205,7 +209,7 @@ int cmd_serve(int argc, char **argv)
     o.sampling = (ink_sampling){.temp = (float)temp, .top_k = (int)top_k, .top_p = (float)top_p, .min_p = (float)min_p,
                                 .seed = (uint64_t)seed, .repeat_penalty = (float)rep, .frequency_penalty = (float)freq,
                                 .presence_penalty = (float)pres, .penalty_last_n = (int)last_n};
-    o.seed_fixed = seed_set, o.effort = effort;
+    o.seed_fixed = seed_set, o.effort = effort, o.debug_hold = hold;
     o.log = quiet ? NULL : stderr;
 
     struct sigaction sa;

@@ -369,13 +369,12 @@ typedef struct mm_ctx {
     int ldx, ldy, T, int8;
 } mm_ctx;
 
-static void mm_task(void *arg, int ith, int nth)
+/* Items are 4-row quads (tiles stay whole); any partition gives the same result. */
+static void mm_task(void *arg, int q0, int q1, int tid)
 {
+    (void)tid;
     mm_ctx *c = arg;
-    int R = c->W->rows;
-    /* split at multiples of 4 rows (tiles stay whole); the split never changes a result */
-    int r0 = ith ? (int)((long long)R * ith / nth) & ~3 : 0;
-    int r1 = ith + 1 < nth ? (int)((long long)R * (ith + 1) / nth) & ~3 : R;
+    int R = c->W->rows, r0 = q0 * 4, r1 = q1 * 4 < R ? q1 * 4 : R;
     if (r1 > r0) c->k->rows(c->W, c->x, c->ldx, c->T, c->y, c->ldy, r0, r1, c->int8);
 }
 
@@ -384,8 +383,14 @@ void ink_matmul_k(const ink_kernels *k, ink_pool *p, const ink_mat *W, const flo
 {
     mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_kernels_int8()};
     /* Small problems are not worth waking the workers. */
-    if ((long long)W->rows * W->cols * T < 32768) k->rows(W, x, ldx, T, y, ldy, 0, W->rows, c.int8);
-    else ink_pool_run(p, mm_task, &c);
+    if ((long long)W->rows * W->cols * T < 32768) {
+        k->rows(W, x, ldx, T, y, ldy, 0, W->rows, c.int8);
+        return;
+    }
+    /* ~8 chunks per thread: a thread the OS deschedules holds at most one small chunk, the others
+     * take the rest */
+    int quads = (W->rows + 3) / 4, nth = ink_pool_size(p), grain = (quads + 8 * nth - 1) / (8 * nth);
+    ink_pool_for(p, quads, grain, mm_task, &c);
 }
 
 void ink_matmul(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy)

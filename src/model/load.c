@@ -840,8 +840,7 @@ int ink_model_open(ink_model **out, const char *dir, const ink_model_opts *opts,
         }
     m->info.mtp_depth_tensors = count_mtp_blocks(dir);
     m->info.supported = 1;
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int nt = opts && opts->n_threads > 0 ? opts->n_threads : (online > 0 ? (int)online : 1);
+    int nt = opts && opts->n_threads > 0 ? opts->n_threads : ink_default_threads();
     if (nt > 256) nt = 256;
     if (!(m->pool = ink_pool_create(nt))) {
         rc = ink_err_set(err, INK_E_NOMEM, "cannot start %d threads", nt);

@@ -46,6 +46,8 @@ typedef struct ink_server_opts {
     int seed_fixed;         /* 1: requests without "seed" use sampling.seed; 0: a fresh seed each */
     const char *effort;     /* default reasoning effort (NULL: the template default, 0.9) */
     FILE *log;              /* one line per request and load messages; NULL: silent */
+    const char *debug_hold; /* testing aid (--debug-hold FILE): while FILE exists the worker waits after
+                             * each token it emits; cancellation and shutdown end the wait. NULL: off */
 } ink_server_opts;
 
 enum ink_server_state { INK_SERVER_LOADING = 0, INK_SERVER_READY = 1, INK_SERVER_FAILED = 2 };

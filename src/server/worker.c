@@ -24,9 +24,25 @@ void srv_job_release(ink_server *S, srv_job *j)
 
 /* ---- loading ------------------------------------------------------------------------------ */
 
+/* --debug-hold: while the file exists, wait (before loading, and after each emitted token) unless
+ * `cancel` or shutdown says otherwise. Tests use it to stop the worker at a known point, whatever
+ * the machine's speed. */
+static void debug_hold(ink_server *S, const volatile int *cancel)
+{
+    for (;;) {
+        pthread_mutex_lock(&S->mu);
+        int go = (cancel && *cancel) || S->stopping;
+        pthread_mutex_unlock(&S->mu);
+        if (go || access(S->o.debug_hold, F_OK) != 0) return;
+        struct timespec t = {0, 2 * 1000 * 1000};
+        nanosleep(&t, NULL);
+    }
+}
+
 static void load(ink_server *S)
 {
     ink_err e = {0};
+    if (S->o.debug_hold) debug_hold(S, NULL);
     double t0 = srv_now();
     ink_model_opts mo = {S->o.n_threads};
     char path[4200];
@@ -163,6 +179,7 @@ static void on_token(void *ud, int32_t tok)
         if (c->out.stop.hit) c->cancel = 1; /* stop string; stop ids end the generation themselves */
     }
     if (c->ids_stream) ids_chunk(c, &tok, 1);
+    if (c->S->o.debug_hold) debug_hold(c->S, &c->j->cancel);
 }
 
 static json_t *ids_json(const int32_t *ids, int n)
