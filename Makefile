@@ -33,7 +33,7 @@ LIBA     := $(BUILD)/libinkling.a
 BIN      := $(BUILD)/inkling
 
 .SECONDARY:
-.PHONY: all test asan debug bench clean deps check-build
+.PHONY: all test asan debug bench clean deps check-build test-large
 all: $(BIN) $(TOOL_BIN)
 ifeq ($(MODE),release)
 	@ln -sf $(BIN) inkling
@@ -88,6 +88,13 @@ asan: deps
 
 debug:
 	@$(MAKE) --no-print-directory MODE=debug all
+
+# Real-size sparse stand-ins (issue 20): Inkling-Small bf16 / NVFP4 / MLX 4-bit, aligned and
+# misaligned, through the CLI (detection, parameters, closed-form logits, greedy, MTP, anonymous
+# memory bound); the 975B layout through `info`. A few minutes; needs ~25 GB of reclaimable page
+# cache, almost no disk (holes). See tests/large.py.
+test-large: all
+	@nice python3 tests/large.py $(BUILD)
 
 bench: all
 	@$(BUILD)/tools/mkbench build/bench

@@ -17,6 +17,9 @@
 #ifndef INKLING_H
 #define INKLING_H
 
+/* Version of the library and the `inkling` binary. */
+#define INK_VERSION "0.3.0"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,7 +64,15 @@ typedef struct ink_model_opts {
  * mmapped, never copied (small vectors such as norms are widened to f32). On success the caller
  * owns *out and frees it with ink_model_free. */
 int ink_model_open(ink_model **out, const char *dir, const ink_model_opts *opts, ink_err *err);
+/* The same with config.json and the safetensors headers only: every shape check of a full open, but
+ * no tensor data mapped or read (vectors read as zeros). The model can be described (info,
+ * ink_session_state_bytes) but not evaluated: ink_session_eval refuses it. */
+int ink_model_open_headers(ink_model **out, const char *dir, const ink_model_opts *opts, ink_err *err);
 void ink_model_free(ink_model *m);
+/* `--check-tensors`: reads every floating-point weight of an open model once and fails with
+ * INK_E_FORMAT naming the tensor, its file and the element index of the first NaN or Inf. Slow on
+ * large models (all weights are read), so it is a separate opt-in call, not part of ink_model_open. */
+int ink_model_check_tensors(ink_model *m, ink_err *err);
 
 /* What a directory holds, from config.json and safetensors headers only (no weights read). */
 typedef struct ink_model_info {
@@ -171,6 +182,8 @@ typedef struct ink_sampling {
 typedef struct ink_drafter ink_drafter;
 
 #define INK_MAX_DEPTH 64
+/* Largest draft block size K (drafts + 1) the generator accepts: CLI and server share this range. */
+#define INK_MAX_BLOCK (INK_MAX_DEPTH + 1)
 
 enum ink_mtp_mode {
     INK_MTP_PER_DEPTH = 0, /* mode P: per-depth history (mtp.md 7.1-7.8), the semantics the head was trained with */

@@ -5,6 +5,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int arg_int(const char *flag, const char *s, long lo, long hi, long *out)
 {
@@ -76,4 +79,122 @@ int cli_fail(const ink_err *e)
 {
     fprintf(stderr, "inkling: %s: %s\n", ink_status_str(e->code), e->msg);
     return 1;
+}
+
+int arg_out_file(const char *flag, const char *path)
+{
+    FILE *f = fopen(path, "a"); /* checked before the run: never truncates, creates it as the run would */
+    if (!f) {
+        fprintf(stderr, "inkling: %s %s: cannot open for writing: %s\n", flag, path, strerror(errno));
+        return -1;
+    }
+    fclose(f);
+    return 0;
+}
+
+int arg_model_dir(const char *flag, const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        fprintf(stderr, "inkling: %s %s: no such directory\n", flag, dir);
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "inkling: %s %s: not a directory\n", flag, dir);
+        return -1;
+    }
+    return 0;
+}
+
+json_t *cfg_load(const char *dir, const char *name, char *path, size_t n, int *rc)
+{
+    snprintf(path, n, "%s/%s", dir, name);
+    *rc = 0;
+    if (access(path, F_OK) != 0) return NULL;
+    json_error_t je;
+    json_t *g = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!g) {
+        fprintf(stderr, "inkling: %s: invalid JSON at line %d column %d: %s\n", path, je.line, je.column, je.text);
+        *rc = 1;
+        return NULL;
+    }
+    if (!json_is_object(g)) {
+        fprintf(stderr, "inkling: %s: expected a JSON object\n", path);
+        json_decref(g);
+        *rc = 1;
+        return NULL;
+    }
+    return g;
+}
+
+int cfg_num(const char *path, json_t *g, const char *key, double lo, double hi, double *out)
+{
+    json_t *v = json_object_get(g, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi) {
+        fprintf(stderr, "inkling: %s: field %s: expected a number in %g..%g\n", path, key, lo, hi);
+        return -1;
+    }
+    *out = json_number_value(v);
+    return 1;
+}
+
+int cfg_int(const char *path, json_t *g, const char *key, long lo, long hi, long *out)
+{
+    json_t *v = json_object_get(g, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        fprintf(stderr, "inkling: %s: field %s: expected an integer in %ld..%ld\n", path, key, lo, hi);
+        return -1;
+    }
+    *out = (long)json_integer_value(v);
+    return 1;
+}
+
+int cfg_generation(const char *dir, int set, double *temp, long *top_k, double *top_p, double *min_p, double *rep)
+{
+    char p[4352];
+    int rc;
+    json_t *g = cfg_load(dir, "generation_config.json", p, sizeof p, &rc);
+    if (!g) return rc;
+    double t = *temp, tp = *top_p, mp = *min_p, rp = *rep;
+    long tk = *top_k;
+    json_t *ds = json_object_get(g, "do_sample");
+    if (cfg_num(p, g, "temperature", 0, 100, &t) < 0 || cfg_int(p, g, "top_k", 0, 1L << 30, &tk) < 0 ||
+        cfg_num(p, g, "top_p", 0, 1, &tp) < 0 || cfg_num(p, g, "min_p", 0, 1, &mp) < 0 ||
+        cfg_num(p, g, "repetition_penalty", 0, 10, &rp) < 0)
+        rc = 1;
+    else if (ds && !json_is_boolean(ds)) {
+        fprintf(stderr, "inkling: %s: field do_sample: expected true or false\n", p);
+        rc = 1;
+    }
+    if (!rc) {
+        if (!(set & CFG_SET_TEMP)) *temp = json_is_false(ds) ? 0 : t;
+        if (!(set & CFG_SET_TOP_K)) *top_k = tk;
+        if (!(set & CFG_SET_TOP_P)) *top_p = tp;
+        if (!(set & CFG_SET_MIN_P)) *min_p = mp;
+        if (!(set & CFG_SET_REP)) *rep = rp;
+    }
+    json_decref(g);
+    return rc;
+}
+
+int cfg_generation_eos(const char *dir, int vocab)
+{
+    char p[4352];
+    int rc;
+    json_t *g = cfg_load(dir, "generation_config.json", p, sizeof p, &rc);
+    if (!g) return rc;
+    json_t *eos = json_object_get(g, "eos_token_id");
+    size_t n = json_is_array(eos) ? json_array_size(eos) : eos && !json_is_null(eos) ? 1 : 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        json_t *v = json_is_array(eos) ? json_array_get(eos, i) : eos;
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab) {
+            fprintf(stderr, "inkling: %s: field eos_token_id: expected token ids in 0..%d (the vocabulary)\n", p,
+                    vocab - 1);
+            rc = 1;
+        }
+    }
+    json_decref(g);
+    return rc;
 }

@@ -4,6 +4,8 @@
 
 #include "inkling.h"
 
+#include <jansson.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Parses a decimal integer in [lo, hi]; on failure prints "inkling: FLAG: ..." and returns -1. */
@@ -16,5 +18,25 @@ const char *arg_value(int argc, char **argv, int *i);
 
 /* Prints "inkling: <status>: <message>" for a library error and returns exit code 1. */
 int cli_fail(const ink_err *e);
+
+/* Checks before a run that an output file can be written (opens it for append, creates it);
+ * prints "inkling: FLAG PATH: cannot open for writing: ..." and returns -1 if not. */
+int arg_out_file(const char *flag, const char *path);
+/* Checks that a model argument names an existing directory ("FLAG DIR: no such directory"). */
+int arg_model_dir(const char *flag, const char *dir);
+
+/* Model-directory side files (generation_config.json, inkling.json). cfg_load: NULL with *rc 0 when
+ * DIR/NAME is absent; NULL with *rc 1 after printing "PATH: invalid JSON at line L column C" (or not an
+ * object); else the object (caller decrefs). path receives DIR/NAME. */
+json_t *cfg_load(const char *dir, const char *name, char *path, size_t n, int *rc);
+/* A field KEY of g: 0 absent (or null), 1 stored in *out, -1 wrong type/range (message names PATH and KEY). */
+int cfg_num(const char *path, json_t *g, const char *key, double lo, double hi, double *out);
+int cfg_int(const char *path, json_t *g, const char *key, long lo, long hi, long *out);
+/* generation_config.json sampling defaults for the values whose CFG_SET_* bit is not in `set`;
+ * returns 0, or 1 after an error naming the file and field (nothing is applied then). */
+enum { CFG_SET_TEMP = 1, CFG_SET_TOP_K = 2, CFG_SET_TOP_P = 4, CFG_SET_MIN_P = 8, CFG_SET_REP = 16 };
+int cfg_generation(const char *dir, int set, double *temp, long *top_k, double *top_p, double *min_p, double *rep);
+/* generation_config.json's eos_token_id (int or list) must lie in 0..vocab-1; 0 ok, 1 after an error. */
+int cfg_generation_eos(const char *dir, int vocab);
 
 #endif

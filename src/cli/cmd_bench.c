@@ -5,6 +5,7 @@
  * active one only), so the sets compare in one run.
  * Every figure is a median over repetitions; ratios (fraction of roofline, c(K)) are what to compare
  * across runs, absolute numbers drift with the neighbours of a shared machine. */
+#include "cli/args.h"
 #include "cli/cli.h"
 
 #include "inkling.h"
@@ -342,11 +343,19 @@ int cmd_bench(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--sets") && i + 1 < argc) setarg = argv[++i];
+        else if (!strcmp(argv[i], "--threads") || !strcmp(argv[i], "-t")) {
+            long t;
+            const char *v = arg_value(argc, argv, &i);
+            if (!v || arg_int(argv[i - 1], v, 1, 256, &t)) return 2;
+            threads = (int)t;
+        } else if (!strcmp(argv[i], "--sets") && i + 1 < argc) setarg = argv[++i];
         else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc && nmod < 8) models[nmod++] = argv[++i];
-        else {
-            fprintf(stderr, "usage: inkling bench [--threads N] [--json] [--quick] [--sets all|best|NAME,...] [-m DIR]...\n");
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: inkling bench [-t/--threads N] [--json] [--quick] [--sets all|best|NAME,...] [-m DIR]...\n");
+            return 0;
+        } else {
+            fprintf(stderr, "inkling bench: unknown option %s\n", argv[i]);
+            fprintf(stderr, "usage: inkling bench [-t/--threads N] [--json] [--quick] [--sets all|best|NAME,...] [-m DIR]...\n");
             return 2;
         }
     }

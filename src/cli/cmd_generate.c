@@ -36,6 +36,7 @@ typedef struct gargs {
     double temp, top_p, min_p, rep, freq, pres;
     int set_temp, set_top_k, set_top_p, set_min_p, set_rep, set_draft, set_block, set_dvocab;
     int raw, special, show_reasoning, stop_eos, capture; /* capture: 1 capture-and-commit, 0 restore + replay */
+    int set_mtp_mode, set_rollback, check_tensors;
 } gargs;
 
 static void defaults(gargs *a)
@@ -50,6 +51,16 @@ static void defaults(gargs *a)
 
 static void usage(FILE *f, const char *cmd)
 {
+    if (!strcmp(cmd, "chat")) {
+        fprintf(f, "usage: inkling chat [-m DIR] [options]   (one user message per line on stdin; /exit ends)\n"
+                   "  text:     --system TEXT  --reasoning-effort E  --show-reasoning\n"
+                   "  sampling: -n N  --temp T  --top-k K  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N\n"
+                   "            --frequency-penalty F  --presence-penalty P  --seed S  --stop-eos | --ignore-eos\n"
+                   "  drafting: --draft-kind none|mtp  --draft-model DIR  --draft-block-size K  --mtp-mode per-depth|compat\n"
+                   "            --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
+                   "  model:    -t/--threads N  -c N  --check-tensors   (without -m: the bundled default model)\n");
+        return;
+    }
     fprintf(f,
             "usage: inkling %s [-m DIR] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [options]\n"
             "  text:     --raw (no chat template)  --system TEXT  --reasoning-effort E  --show-reasoning  --special\n"
@@ -57,7 +68,7 @@ static void usage(FILE *f, const char *cmd)
             "            --frequency-penalty F  --presence-penalty P  --seed S  --stop-eos | --ignore-eos\n"
             "  drafting: --draft-kind none|mtp  --draft-model DIR  --draft-block-size K  --mtp-mode per-depth|compat\n"
             "            --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
-            "  model:    --threads N  -c N   (without -m: the bundled default model)\n",
+            "  model:    -t/--threads N  -c N  --check-tensors   (without -m: the bundled default model)\n",
             cmd);
 }
 
@@ -102,7 +113,7 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
             a->draft_kind = v;
             a->set_draft = 1;
         } else if (!strcmp(o, "--draft-model")) { VAL(); a->draft_model = v; }
-        else if (!strcmp(o, "--draft-block-size")) { INT(a->block, 1, 64); a->set_block = 1; }
+        else if (!strcmp(o, "--draft-block-size")) { INT(a->block, 1, INK_MAX_BLOCK); a->set_block = 1; }
         else if (!strcmp(o, "--mtp-mode")) {
             VAL();
             if (strcmp(v, "per-depth") && strcmp(v, "compat")) {
@@ -110,7 +121,8 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
                 return 2;
             }
             a->mtp_mode = v;
-        } else if (!strcmp(o, "--capture-commit")) a->capture = 1;
+            a->set_mtp_mode = 1;
+        } else if (!strcmp(o, "--capture-commit")) a->capture = 1, a->set_rollback = 1;
         else if (!strcmp(o, "--rollback")) {
             VAL();
             if (strcmp(v, "commit") && strcmp(v, "replay")) {
@@ -118,9 +130,11 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
                 return 2;
             }
             a->capture = !strcmp(v, "commit");
+            a->set_rollback = 1;
         } else if (!strcmp(o, "--draft-vocab")) { INT(a->draft_vocab, 0, 1L << 30); a->set_dvocab = 1; }
         else if (!strcmp(o, "--stats-json")) { VAL(); a->stats_path = v; }
         else if (!strcmp(o, "--trace")) { VAL(); a->trace_path = v; }
+        else if (!strcmp(o, "--check-tensors")) a->check_tensors = 1;
         else if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             usage(stdout, cmd);
             return -1;
@@ -137,41 +151,75 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
 
 /* inkling.json of a model directory may name engine defaults the command line did not set:
  * {"draft_kind": "mtp", "draft_block_size": K, "draft_vocab": N} (a model drafts by default only
- * where its benchmark shows that it pays). */
-static void apply_inkling_json(gargs *a, const char *dir)
+ * where its benchmark shows that it pays). Invalid JSON or a bad field is an error naming both. */
+static int apply_inkling_json(gargs *a, const char *dir)
 {
-    char p[4096];
-    snprintf(p, sizeof p, "%s/inkling.json", dir);
-    json_t *g = json_load_file(p, 0, NULL);
-    if (!g) return;
-    json_t *v;
-    if (!a->set_draft && json_is_string(v = json_object_get(g, "draft_kind")) &&
-        (!strcmp(json_string_value(v), "mtp") || !strcmp(json_string_value(v), "none")))
-        a->draft_kind = !strcmp(json_string_value(v), "mtp") ? "mtp" : "none";
-    if (!a->set_block && json_is_integer(v = json_object_get(g, "draft_block_size")) && json_integer_value(v) >= 1 &&
-        json_integer_value(v) <= 64)
-        a->block = (long)json_integer_value(v);
-    if (!a->set_dvocab && json_is_integer(v = json_object_get(g, "draft_vocab")) && json_integer_value(v) >= 0 &&
-        json_integer_value(v) <= 1L << 30)
-        a->draft_vocab = (long)json_integer_value(v);
+    char p[4352];
+    int rc;
+    json_t *g = cfg_load(dir, "inkling.json", p, sizeof p, &rc), *v;
+    if (!g) return rc;
+    long block = a->block, dv = a->draft_vocab;
+    if ((v = json_object_get(g, "draft_kind")) &&
+        (!json_is_string(v) || (strcmp(json_string_value(v), "mtp") && strcmp(json_string_value(v), "none")))) {
+        fprintf(stderr, "inkling: %s: field draft_kind: expected \"none\" or \"mtp\"%s%s%s\n", p,
+                json_is_string(v) ? ", found \"" : "", json_is_string(v) ? json_string_value(v) : "",
+                json_is_string(v) ? "\"" : "");
+        rc = 1;
+    } else if (cfg_int(p, g, "draft_block_size", 1, INK_MAX_BLOCK, &block) < 0 ||
+               cfg_int(p, g, "draft_vocab", 0, 1L << 30, &dv) < 0)
+        rc = 1;
+    if (!rc) {
+        if (!a->set_draft && v) a->draft_kind = !strcmp(json_string_value(v), "mtp") ? "mtp" : "none";
+        if (!a->set_block) a->block = block;
+        if (!a->set_dvocab) a->draft_vocab = dv;
+    }
     json_decref(g);
+    return rc;
 }
 
 /* generation_config.json of the model supplies sampling defaults the command line did not set. */
-static void apply_generation_config(gargs *a, const char *dir)
+static int apply_generation_config(gargs *a, const char *dir)
 {
-    char p[4096];
-    snprintf(p, sizeof p, "%s/generation_config.json", dir);
-    json_t *g = json_load_file(p, 0, NULL);
-    if (!g) return;
-    json_t *v;
-    if (!a->set_temp && json_is_number(v = json_object_get(g, "temperature"))) a->temp = json_number_value(v);
-    if (!a->set_top_k && json_is_integer(v = json_object_get(g, "top_k"))) a->top_k = (long)json_integer_value(v);
-    if (!a->set_top_p && json_is_number(v = json_object_get(g, "top_p"))) a->top_p = json_number_value(v);
-    if (!a->set_min_p && json_is_number(v = json_object_get(g, "min_p"))) a->min_p = json_number_value(v);
-    if (!a->set_rep && json_is_number(v = json_object_get(g, "repetition_penalty"))) a->rep = json_number_value(v);
-    if (!a->set_temp && json_is_false(json_object_get(g, "do_sample"))) a->temp = 0;
-    json_decref(g);
+    int set = (a->set_temp ? CFG_SET_TEMP : 0) | (a->set_top_k ? CFG_SET_TOP_K : 0) | (a->set_top_p ? CFG_SET_TOP_P : 0) |
+              (a->set_min_p ? CFG_SET_MIN_P : 0) | (a->set_rep ? CFG_SET_REP : 0);
+    return cfg_generation(dir, set, &a->temp, &a->top_k, &a->top_p, &a->min_p, &a->rep);
+}
+
+/* Options that do not apply to the chosen mode are refused (exit 2), never silently dropped. */
+static int check_applies(const gargs *a, const char *cmd, int text, int raw)
+{
+    const char *why = !text ? "--prompt-ids (token mode)" : raw ? "--raw (no chat template)" : NULL;
+    if (why) {
+        const char *bad = a->system ? "--system" : a->effort ? "--reasoning-effort" : a->show_reasoning ? "--show-reasoning" : NULL;
+        if (bad) {
+            fprintf(stderr, "inkling %s: %s does not apply with %s\n", cmd, bad, why);
+            return 2;
+        }
+    }
+    if (!text && a->special) {
+        fprintf(stderr, "inkling %s: --special does not apply with --prompt-ids (token mode)\n", cmd);
+        return 2;
+    }
+    if (a->effort) {
+        double x;
+        ink_err e = {0};
+        if (ink_chat_effort(a->effort, &x, &e)) {
+            fprintf(stderr, "inkling %s: --reasoning-effort: %s\n", cmd, e.msg);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* Drafting options given on the command line without a drafter are refused. */
+static int check_drafting(const gargs *a, const char *cmd)
+{
+    if (!strcmp(a->draft_kind, "mtp")) return 0;
+    const char *bad = a->set_block ? "--draft-block-size" : a->draft_model ? "--draft-model" : a->set_dvocab ? "--draft-vocab"
+                      : a->set_mtp_mode ? "--mtp-mode" : a->set_rollback ? "--rollback" : NULL;
+    if (!bad) return 0;
+    fprintf(stderr, "inkling %s: %s needs a drafter (--draft-kind mtp, or a model whose inkling.json sets it)\n", cmd, bad);
+    return 2;
 }
 
 /* ---- output --------------------------------------------------------------------------- */
@@ -196,8 +244,7 @@ static void out_text(sink *k, int thinking, const char *t, size_t n)
         fflush(stderr);
         return;
     }
-    fwrite(t, 1, n, stdout);
-    fflush(stdout);
+    if (fwrite(t, 1, n, stdout) != n || fflush(stdout)) cancel_flag = 1; /* a write error stops the run (exit 1) */
     k->printed = 1;
 }
 
@@ -304,6 +351,8 @@ typedef struct run {
     ink_tokenizer *tok;
     ink_gen_opts o;
     ink_err e;
+    const char *cmd;
+    long max_ctx;
 } run;
 
 static void run_free(run *r)
@@ -323,12 +372,20 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
         fprintf(stderr, "inkling: no model: pass -m DIR (no bundled default model was found)\n");
         return 2;
     }
+    if (arg_model_dir("-m", r->dir)) return 1;
+    if (a->draft_model && arg_model_dir("--draft-model", ink_cli_model_dir(a->draft_model))) return 1;
     if (need_tok && ink_tokenizer_open(&r->tok, r->dir, &r->e)) return cli_fail(&r->e);
-    if (need_tok) apply_generation_config(a, r->dir);
-    apply_inkling_json(a, r->dir);
+    /* token mode keeps the reference's sampling defaults: generation_config.json is validated only */
+    gargs scratch = *a;
+    if (apply_generation_config(need_tok ? a : &scratch, r->dir) || apply_inkling_json(a, r->dir)) return 1;
+    if (check_drafting(a, r->cmd)) return 2;
+    if (a->stats_path && arg_out_file("--stats-json", a->stats_path)) return 1;
+    if (a->trace_path && arg_out_file("--trace", a->trace_path)) return 1;
     if (isatty(2)) fprintf(stderr, "loading %s ...\r", r->dir);
     ink_model_opts mo = {(int)a->threads};
     if (ink_model_open(&r->m, r->dir, &mo, &r->e)) return cli_fail(&r->e);
+    if (a->check_tensors && ink_model_check_tensors(r->m, &r->e)) return cli_fail(&r->e);
+    if (cfg_generation_eos(r->dir, ink_model_n_vocab(r->m))) return 1;
     const char *ddir = a->draft_model ? ink_cli_model_dir(a->draft_model) : r->dir;
     if (!strcmp(a->draft_kind, "mtp") && ink_drafter_open(&r->d, r->m, ddir, &r->e)) return cli_fail(&r->e);
     char dvp[4200];
@@ -340,6 +397,7 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     long n_ctx = a->n_ctx, max_ctx = ink_model_get_info(r->m)->max_ctx;
     if (!n_ctx && n_ctx_hint > 4096) n_ctx = n_ctx_hint < max_ctx ? n_ctx_hint : max_ctx;
     if (ink_session_create(&r->s, r->m, (int)n_ctx, &r->e)) return cli_fail(&r->e);
+    r->max_ctx = max_ctx;
     if (isatty(2)) fprintf(stderr, "%*s\r", (int)strlen(r->dir) + 12, "");
     ink_gen_opts *o = &r->o;
     o->stop_eos = a->stop_eos;
@@ -401,6 +459,11 @@ static int generate_once(run *r, const int32_t *ids, int n_ids, int text_mode, i
             return cli_fail(&r->e);
         }
     }
+    int n_ctx = ink_session_n_ctx(r->s);
+    if ((long)n_ids + max > n_ctx && (!r->o.reuse_prefix || a->n_gen >= 0))
+        fprintf(stderr, "inkling %s: warning: %d prompt + %d new tokens exceed the context of %d tokens: at most %d "
+                        "will be generated (raise -c, up to %ld)\n",
+                r->cmd, n_ids, max, n_ctx, n_ids < n_ctx ? n_ctx - n_ids : 0, r->max_ctx);
     r->o.max_tokens = max;
     r->o.on_token = on_token;
     r->o.on_round = on_round;
@@ -431,6 +494,12 @@ static int generate_once(run *r, const int32_t *ids, int n_ids, int text_mode, i
     } else if (!rc) {
         for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
         printf("\n");
+        fflush(stdout);
+    }
+    if (ferror(stdout)) {
+        fprintf(stderr, "inkling %s: write error on standard output\n", r->cmd);
+        if (grc == INK_E_CANCELLED && !interrupted) grc = 0; /* stopped by the write error, not Ctrl-C */
+        rc = 1;
     }
     if (!rc || grc == INK_E_CANCELLED) {
         if (grc == INK_E_CANCELLED) fprintf(stderr, "(interrupted)\n");
@@ -455,6 +524,7 @@ int cmd_generate(int argc, char **argv)
 {
     run r = {0};
     defaults(&r.a);
+    r.cmd = "generate";
     int rc = parse(argc, argv, &r.a, "generate");
     if (rc) return rc < 0 ? 0 : rc;
     gargs *a = &r.a;
@@ -465,6 +535,7 @@ int cmd_generate(int argc, char **argv)
     }
     /* token mode mirrors the reference's fixed-length runs: no EOS stop unless asked */
     if (a->stop_eos < 0) a->stop_eos = text;
+    if ((rc = check_applies(a, "generate", text, a->raw))) return rc;
     int32_t *ids = NULL;
     int n = 0;
     if (a->ids && arg_ids("--prompt-ids", a->ids, &ids, &n)) return 2;
@@ -480,6 +551,9 @@ int cmd_generate(int argc, char **argv)
         ink_err ce = {0};
         if (!a->raw && ink_chat_check_tokenizer(r.tok, &ce)) {
             a->raw = 1; /* a plain-text model: its tokenizer has no Inkling chat tokens */
+            if (a->system || a->effort || a->show_reasoning)
+                fprintf(stderr, "inkling generate: warning: %s is ignored: %s is a plain-text model (no chat format)\n",
+                        a->system ? "--system" : a->effort ? "--reasoning-effort" : "--show-reasoning", r.dir);
             if (isatty(2)) fprintf(stderr, "(plain-text model: no chat format, the prompt is used as is)\n");
         }
         if (a->raw) rc = ink_tokenizer_encode(r.tok, body, strlen(body), a->special ? INK_TOK_SPECIAL : 0, &t, &r.e);
@@ -540,8 +614,16 @@ int cmd_chat(int argc, char **argv)
 {
     run r = {0};
     defaults(&r.a);
+    r.cmd = "chat";
     int rc = parse(argc, argv, &r.a, "chat");
     if (rc) return rc < 0 ? 0 : rc;
+    if (r.a.prompt || r.a.file || r.a.ids || r.a.raw) {
+        fprintf(stderr, "inkling chat: %s is not a chat option (chat reads one message per line on stdin); for one "
+                        "prompt use `inkling generate -p TEXT`, or pipe it: echo TEXT | inkling chat\n",
+                r.a.prompt ? "-p" : r.a.file ? "-f" : r.a.ids ? "--prompt-ids" : "--raw");
+        return 2;
+    }
+    if ((rc = check_applies(&r.a, "chat", 1, 0))) return rc;
     if (r.a.stop_eos < 0) r.a.stop_eos = 1;
     signal(SIGINT, on_sigint);
     if ((rc = run_open(&r, 1, 0))) {

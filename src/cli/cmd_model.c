@@ -12,6 +12,7 @@
 typedef struct common {
     const char *model;
     long threads, n_ctx;
+    int check_tensors;
 } common;
 
 /* Handles -m, --threads, -c. Returns 1 if argv[*i] was consumed, 0 if not, -1 on error. */
@@ -25,6 +26,10 @@ static int common_arg(common *c, int argc, char **argv, int *i)
     }
     if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
         if (!(v = arg_value(argc, argv, i)) || arg_int(a, v, 1, 256, &c->threads)) return -1;
+        return 1;
+    }
+    if (!strcmp(a, "--check-tensors")) {
+        c->check_tensors = 1;
         return 1;
     }
     if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
@@ -42,15 +47,25 @@ static void resolve_model(common *c)
     if (d) snprintf(buf, sizeof buf, "%s", d), c->model = buf;
 }
 
-static int open_model(const common *c, ink_model **m, ink_err *e)
+static int open_model_opts(const common *c, ink_model **m, int header_only, ink_err *e)
 {
     if (!c->model) {
         fprintf(stderr, "inkling: no model: pass -m DIR (no bundled default model was found)\n");
         return 2;
     }
+    if (arg_model_dir("-m", c->model)) return 1;
     ink_model_opts o = {(int)c->threads};
-    return ink_model_open(m, c->model, &o, e) ? cli_fail(e) : 0;
+    if (c->check_tensors) header_only = 0; /* the scan reads the data */
+    if ((header_only ? ink_model_open_headers : ink_model_open)(m, c->model, &o, e)) return cli_fail(e);
+    if (c->check_tensors && ink_model_check_tensors(*m, e)) {
+        ink_model_free(*m);
+        *m = NULL;
+        return cli_fail(e);
+    }
+    return 0;
 }
+
+static int open_model(const common *c, ink_model **m, ink_err *e) { return open_model_opts(c, m, 0, e); }
 
 /* ---- info ------------------------------------------------------------------------------ */
 
@@ -62,7 +77,7 @@ int cmd_info(int argc, char **argv)
         if (r < 0) return 2;
         if (r) continue;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: inkling info -m DIR [-c N] [--threads N]\n");
+            printf("usage: inkling info -m DIR [-c N] [-t/--threads N] [--check-tensors]\n");
             return 0;
         }
         fprintf(stderr, "inkling info: unknown option %s\n", argv[i]);
@@ -73,6 +88,7 @@ int cmd_info(int argc, char **argv)
         fprintf(stderr, "inkling info: no model: pass -m DIR (no bundled default model was found)\n");
         return 2;
     }
+    if (arg_model_dir("-m", c.model)) return 1;
     ink_model_info info;
     ink_err e = {0};
     if (ink_model_detect(c.model, &info, &e)) return cli_fail(&e);
@@ -102,8 +118,8 @@ int cmd_info(int argc, char **argv)
         printf("supported:    no: %s\n", info.reason);
         return 1;
     }
-    ink_model *m;
-    if (open_model(&c, &m, &e)) return 1;
+    ink_model *m; /* headers only: info maps and reads no tensor data */
+    if (open_model_opts(&c, &m, 1, &e)) return 1;
     ink_session *s;
     if (ink_session_create(&s, m, (int)c.n_ctx, &e)) {
         ink_model_free(m);
@@ -159,7 +175,7 @@ int cmd_logits(int argc, char **argv)
                             "yet; pass --prompt-ids\n");
             return 2;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: inkling logits -m DIR --prompt-ids 1,2,3 -o OUT.npy [--threads N] [-c N]\n");
+            printf("usage: inkling logits -m DIR --prompt-ids 1,2,3 -o OUT.npy [-t/--threads N] [-c N] [--check-tensors]\n");
             return 0;
         } else {
             fprintf(stderr, "inkling logits: unknown option %s\n", argv[i]);
@@ -174,6 +190,10 @@ int cmd_logits(int argc, char **argv)
     int32_t *ids;
     int T;
     if (arg_ids("--prompt-ids", ids_s, &ids, &T)) return 2;
+    if (arg_out_file("-o", outp)) {
+        free(ids);
+        return 1;
+    }
     ink_err e = {0};
     ink_model *m;
     int rc = open_model(&c, &m, &e);

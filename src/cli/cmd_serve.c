@@ -5,14 +5,19 @@
 #include "dl/hub.h"
 #include "inkling.h"
 #include "server/server.h"
+#include "tok/chat.h"
 
 #include <jansson.h>
 
+#include <arpa/inet.h>
 #include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,37 +34,50 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: inkling serve [-m DIR|OWNER/NAME] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--alias NAME]\n"
-            "         [-c N] [--threads N] [--draft-kind none|mtp] [--draft-model DIR] [--draft-block-size K]\n"
+            "         [-c N] [-t/--threads N] [--draft-kind none|mtp] [--draft-model DIR] [--draft-block-size K]\n"
             "         [--draft-vocab N] [--rollback commit|replay]\n"
             "         [--mtp-mode per-depth|compat] [--spec-default on|off] [-n N] [--temp T] [--top-k K]\n"
             "         [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--frequency-penalty F]\n"
             "         [--presence-penalty P] [--repeat-last-n N] [--reasoning-effort E] [--queue-size N]\n"
             "         [--body-limit BYTES] [--sse-ping-interval S] [--max-connections N] [--timeout S] [--quiet]\n"
+            "         [--check-tensors]   (--host takes an address or a name such as localhost)\n"
             "Without -m the bundled default model is served. See docs/server.md.\n");
 }
 
-/* generation_config.json of the model supplies sampling defaults the command line did not set
- * (as `inkling generate` does). */
-static void apply_generation_config(const char *dir, int set, double *temp, long *top_k, double *top_p, double *min_p,
-                                    double *rep)
-{
-    char p[PATH_MAX + 32];
-    snprintf(p, sizeof p, "%s/generation_config.json", dir);
-    json_t *g = json_load_file(p, 0, NULL), *v;
-    if (!g) return;
-    if (!(set & 1) && json_is_number(v = json_object_get(g, "temperature"))) *temp = json_number_value(v);
-    if (!(set & 2) && json_is_integer(v = json_object_get(g, "top_k"))) *top_k = (long)json_integer_value(v);
-    if (!(set & 4) && json_is_number(v = json_object_get(g, "top_p"))) *top_p = json_number_value(v);
-    if (!(set & 8) && json_is_number(v = json_object_get(g, "min_p"))) *min_p = json_number_value(v);
-    if (!(set & 16) && json_is_number(v = json_object_get(g, "repetition_penalty"))) *rep = json_number_value(v);
-    if (!(set & 1) && json_is_false(json_object_get(g, "do_sample"))) *temp = 0;
-    json_decref(g);
-}
 
 static const char *env_nonempty(const char *name)
 {
     const char *v = getenv(name);
     return v && *v ? v : NULL;
+}
+
+/* A numeric address as is; a name (localhost, a host name) through getaddrinfo, IPv4 first. */
+static int resolve_host(const char *host, char *out, size_t n)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    if (inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1) {
+        snprintf(out, n, "%s", host);
+        return 0;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL, *p;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc) {
+        fprintf(stderr, "inkling serve: --host %s: cannot resolve: %s\n", host, gai_strerror(rc));
+        return -1;
+    }
+    struct addrinfo *pick = NULL;
+    for (p = res; p; p = p->ai_next)
+        if (p->ai_family == AF_INET) { pick = p; break; }
+    if (!pick) pick = res;
+    const void *addr = pick->ai_family == AF_INET ? (const void *)&((struct sockaddr_in *)pick->ai_addr)->sin_addr
+                                                  : (const void *)&((struct sockaddr_in6 *)pick->ai_addr)->sin6_addr;
+    const char *ok = inet_ntop(pick->ai_family, addr, out, (socklen_t)n);
+    freeaddrinfo(res);
+    if (!ok) {
+        fprintf(stderr, "inkling serve: --host %s: cannot resolve\n", host);
+        return -1;
+    }
+    return 0;
 }
 
 int cmd_serve(int argc, char **argv)
@@ -69,7 +87,7 @@ int cmd_serve(int argc, char **argv)
     long port = 8080, threads = 0, n_ctx = 0, block = 0, dvocab = 0, replay = 0, queue = 8, max_conn = 64, timeout = 120, n_predict = -1;
     long top_k = 40, seed = 0, last_n = 64, body_limit = 8L << 20;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, freq = 0.0, pres = 0.0, ping = 15;
-    int seed_set = 0, quiet = 0, spec_default = 1, set = 0;
+    int seed_set = 0, quiet = 0, spec_default = 1, set = 0, check = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
 #define VAL() if (!(v = arg_value(argc, argv, &i))) return 2
@@ -105,7 +123,7 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "--draft-model")) {
             VAL();
             draft_model = v;
-        } else if (!strcmp(a, "--draft-block-size")) INT(1, INK_MAX_DEPTH + 1, block);
+        } else if (!strcmp(a, "--draft-block-size")) INT(1, INK_MAX_BLOCK, block);
         else if (!strcmp(a, "--draft-vocab")) INT(0, 1L << 30, dvocab);
         else if (!strcmp(a, "--rollback")) {
             VAL();
@@ -150,6 +168,7 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "--max-connections")) INT(1, 4096, max_conn);
         else if (!strcmp(a, "--timeout")) INT(1, 86400, timeout);
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = 1;
+        else if (!strcmp(a, "--check-tensors")) check = 1;
         else if (!strcmp(a, "--debug-hold")) {
             VAL();
             hold = v;
@@ -164,6 +183,14 @@ int cmd_serve(int argc, char **argv)
 #undef FLT
     }
     if (!api_key) api_key = env_nonempty("INKLING_API_KEY");
+    if (effort) {
+        double x;
+        ink_err ee = {0};
+        if (ink_chat_effort(effort, &x, &ee)) {
+            fprintf(stderr, "inkling serve: --reasoning-effort: %s\n", ee.msg);
+            return 2;
+        }
+    }
 
     char dir[PATH_MAX], ddir[PATH_MAX];
     ink_err e = {0};
@@ -192,7 +219,16 @@ int cmd_serve(int argc, char **argv)
         }
         snprintf(dir, sizeof dir, "%s", d);
     }
-    apply_generation_config(dir, set, &temp, &top_k, &top_p, &min_p, &rep);
+    if (arg_model_dir("-m", dir)) return 1;
+    if (cfg_generation(dir, set, &temp, &top_k, &top_p, &min_p, &rep)) return 1;
+    if (!strcmp(draft_kind, "none") && block) {
+        fprintf(stderr, "inkling serve: --draft-block-size needs a drafter (--draft-kind mtp)\n");
+        return 2;
+    }
+    /* names resolve here (the server binds numeric addresses): localhost, a host name */
+    char hostbuf[INET6_ADDRSTRLEN];
+    if (resolve_host(host, hostbuf, sizeof hostbuf)) return 1;
+    host = hostbuf;
     if (!strcmp(draft_kind, "none") && draft_model) {
         fprintf(stderr, "inkling serve: --draft-model needs --draft-kind mtp\n");
         return 2;
@@ -210,6 +246,7 @@ int cmd_serve(int argc, char **argv)
                                 .seed = (uint64_t)seed, .repeat_penalty = (float)rep, .frequency_penalty = (float)freq,
                                 .presence_penalty = (float)pres, .penalty_last_n = (int)last_n};
     o.seed_fixed = seed_set, o.effort = effort, o.debug_hold = hold;
+    o.check_tensors = check;
     o.log = quiet ? NULL : stderr;
 
     struct sigaction sa;

@@ -2,6 +2,7 @@
  * the repository the binary was built in (build/<mode>/inkling -> ../../models), next to the binary,
  * and under the current directory. Inside a models/ directory, the name in models/DEFAULT wins,
  * else the first subdirectory (alphabetically) holding a config.json. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "cli/cli.h"
 #include "dl/hub.h"
 
@@ -48,6 +49,14 @@ static int pick(const char *models, char *out, size_t n)
     return 1;
 }
 
+/* The path printed and used: realpath's (no build/release/../../models), in place. */
+static const char *canonical(char *buf)
+{
+    char real[PATH_MAX];
+    if (realpath(buf, real) && strlen(real) < PATH_MAX) strcpy(buf, real);
+    return buf;
+}
+
 const char *ink_default_model_dir(void)
 {
     static char buf[PATH_MAX + 300];
@@ -61,11 +70,11 @@ const char *ink_default_model_dir(void)
         if (slash) *slash = 0;
         char base[PATH_MAX + 32];
         snprintf(base, sizeof base, "%s/../../models", exe);
-        if (pick(base, buf, sizeof buf)) return buf;
+        if (pick(base, buf, sizeof buf)) return canonical(buf);
         snprintf(base, sizeof base, "%s/models", exe);
-        if (pick(base, buf, sizeof buf)) return buf;
+        if (pick(base, buf, sizeof buf)) return canonical(buf);
     }
-    if (pick("models", buf, sizeof buf)) return buf;
+    if (pick("models", buf, sizeof buf)) return canonical(buf);
     return NULL;
 }
 

@@ -1,8 +1,12 @@
 /* main.c — `inkling` subcommand dispatch. */
 #include "cli/cli.h"
+#include "inkling.h"
+
+#include <errno.h>
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct command {
     const char *name;
@@ -29,6 +33,20 @@ static void usage(FILE *f)
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
 }
 
+/* Every command's output goes through stdout: a write error (full disk, closed pipe, /dev/full)
+ * anywhere is an exit 1 with a message, never a silent 0. */
+static int finish(int rc)
+{
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        int en = errno;
+        fprintf(stderr, "inkling: write error on standard output: %s\n", en ? strerror(en) : "I/O error");
+        return rc ? rc : 1;
+    }
+    if (fflush(stderr) != 0 || ferror(stderr)) return rc ? rc : 1;
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -37,11 +55,15 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return 0;
+        return finish(0);
+    }
+    if (!strcmp(argv[1], "-V") || !strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("inkling %s\n", INK_VERSION);
+        return finish(0);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
-            return commands[i].fn(argc - 1, argv + 1);
+            return finish(commands[i].fn(argc - 1, argv + 1));
     fprintf(stderr, "inkling: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

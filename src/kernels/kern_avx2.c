@@ -42,9 +42,9 @@ AI float e4m3(uint8_t b)
 
 AI float scale_at(const void *p, int dt, size_t i)
 {
-    if (dt == INK_DT_BF16) return ink_bf16_to_f32(((const uint16_t *)p)[i]);
-    if (dt == INK_DT_F16) return _cvtsh_ss(((const uint16_t *)p)[i]);
-    return ((const float *)p)[i];
+    if (dt == INK_DT_BF16) return ink_bf16_to_f32(ink_ld_u16(p, i));
+    if (dt == INK_DT_F16) return _cvtsh_ss(ink_ld_u16(p, i));
+    return ink_ld_f32(p, i);
 }
 
 /* ---- float views -------------------------------------------------------------------------- */
@@ -295,9 +295,9 @@ static float tail_dot(const ink_mat *W, int o, const float *xt, int k0)
     float s = 0.0f;
     for (int i = k0; i < W->cols; i++) {
         size_t off = (size_t)o * W->stride + (size_t)i;
-        float w = W->dtype == INK_DT_F32    ? ((const float *)W->data)[off]
-                  : W->dtype == INK_DT_BF16 ? ink_bf16_to_f32(((const uint16_t *)W->data)[off])
-                                            : _cvtsh_ss(((const uint16_t *)W->data)[off]);
+        float w = W->dtype == INK_DT_F32    ? ink_ld_f32(W->data, off)
+                  : W->dtype == INK_DT_BF16 ? ink_bf16_to_f32(ink_ld_u16(W->data, off))
+                                            : _cvtsh_ss(ink_ld_u16(W->data, off));
         s += w * xt[i];
     }
     return s;

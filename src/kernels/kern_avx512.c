@@ -57,11 +57,11 @@ AI float e4m3(uint8_t b)
 AI float scale_at(const void *p, int dt, size_t i)
 {
     if (dt == INK_DT_BF16) {
-        union { uint32_t u; float f; } v = {(uint32_t)((const uint16_t *)p)[i] << 16};
+        union { uint32_t u; float f; } v = {(uint32_t)ink_ld_u16(p, i) << 16};
         return v.f;
     }
-    if (dt == INK_DT_F16) return _cvtsh_ss(((const uint16_t *)p)[i]);
-    return ((const float *)p)[i];
+    if (dt == INK_DT_F16) return _cvtsh_ss(ink_ld_u16(p, i));
+    return ink_ld_f32(p, i);
 }
 
 /* 16 scale values starting at element i (n < 16: the rest 0) as f32 lanes */

@@ -30,9 +30,9 @@ unsigned ink_affine_code(const uint8_t *row, int j, int bits)
 float ink_scale_at(const void *p, int dtype, size_t i)
 {
     switch (dtype) {
-    case INK_DT_F32: return ((const float *)p)[i];
-    case INK_DT_BF16: return ink_bf16_to_f32(((const uint16_t *)p)[i]);
-    case INK_DT_F16: return ink_f16_to_f32(((const uint16_t *)p)[i]);
+    case INK_DT_F32: return ink_ld_f32(p, i);
+    case INK_DT_BF16: return ink_bf16_to_f32(ink_ld_u16(p, i));
+    case INK_DT_F16: return ink_f16_to_f32(ink_ld_u16(p, i));
     case INK_DT_F8_E4M3: return ink_e4m3_to_f32(((const uint8_t *)p)[i]);
     default: return 0.0f;
     }
@@ -54,15 +54,15 @@ size_t ink_mat_bytes(const ink_mat *W)
 static void decode8(const ink_mat *W, int r, int c, float w[8])
 {
     switch (W->dtype) {
-    case INK_DT_F32: memcpy(w, (const float *)W->data + (size_t)r * W->stride + c, 8 * sizeof(float)); return;
+    case INK_DT_F32: memcpy(w, (const uint8_t *)W->data + 4 * ((size_t)r * W->stride + c), 8 * sizeof(float)); return;
     case INK_DT_BF16: {
-        const uint16_t *s = (const uint16_t *)W->data + (size_t)r * W->stride + c;
-        for (int j = 0; j < 8; j++) w[j] = ink_bf16_to_f32(s[j]);
+        size_t s = (size_t)r * W->stride + c;
+        for (int j = 0; j < 8; j++) w[j] = ink_bf16_to_f32(ink_ld_u16(W->data, s + j));
         return;
     }
     case INK_DT_F16: {
-        const uint16_t *s = (const uint16_t *)W->data + (size_t)r * W->stride + c;
-        for (int j = 0; j < 8; j++) w[j] = ink_f16_to_f32(s[j]);
+        size_t s = (size_t)r * W->stride + c;
+        for (int j = 0; j < 8; j++) w[j] = ink_f16_to_f32(ink_ld_u16(W->data, s + j));
         return;
     }
     case INK_QT_AFFINE: {
@@ -84,9 +84,9 @@ static void decode8(const ink_mat *W, int r, int c, float w[8])
 static float weight_at(const ink_mat *W, int r, int i)
 {
     switch (W->dtype) {
-    case INK_DT_F32: return ((const float *)W->data)[(size_t)r * W->stride + i];
-    case INK_DT_BF16: return ink_bf16_to_f32(((const uint16_t *)W->data)[(size_t)r * W->stride + i]);
-    case INK_DT_F16: return ink_f16_to_f32(((const uint16_t *)W->data)[(size_t)r * W->stride + i]);
+    case INK_DT_F32: return ink_ld_f32(W->data, (size_t)r * W->stride + i);
+    case INK_DT_BF16: return ink_bf16_to_f32(ink_ld_u16(W->data, (size_t)r * W->stride + i));
+    case INK_DT_F16: return ink_f16_to_f32(ink_ld_u16(W->data, (size_t)r * W->stride + i));
     default: {
         float w[8];
         decode8(W, r, i & ~7, w);
@@ -98,7 +98,7 @@ static float weight_at(const ink_mat *W, int r, int i)
 void ink_mat_row(const ink_mat *W, int r, float *out)
 {
     if (W->dtype == INK_DT_F32) {
-        memcpy(out, (const float *)W->data + (size_t)r * W->stride, (size_t)W->cols * sizeof(float));
+        memcpy(out, (const uint8_t *)W->data + 4 * (size_t)r * W->stride, (size_t)W->cols * sizeof(float));
         return;
     }
     if (W->dtype == INK_DT_BF16 || W->dtype == INK_DT_F16 || W->cols % 8) {

@@ -152,7 +152,7 @@ static int parse_entry(ink_st_file *f, const char *name, json_t *v, ink_st_tenso
     t->begin = (uint64_t)b, t->end = (uint64_t)e;
     if (t->end > data_len)
         return ink_err_set(err, INK_E_FORMAT,
-                           "%s: tensor '%s': data_offsets end %llu is past the data buffer (%llu bytes)", p,
+                           "%s: tensor '%s': data_offsets end %llu is past the data buffer (%llu bytes): truncated file", p,
                            name, (unsigned long long)t->end, (unsigned long long)data_len);
     unsigned __int128 bits = numel * (unsigned)ink_dtype_bits(t->dtype);
     if (bits % 8 || (uint64_t)(bits / 8) != t->end - t->begin)
@@ -185,6 +185,10 @@ int ink_st_open(ink_st_file *f, const char *path, ink_err *err)
     }
     f->size = (size_t)st.st_size;
     uint8_t len8[8];
+    if (f->size == 0) {
+        rc = ink_err_set(err, INK_E_FORMAT, "%s: empty file (0 bytes)", path);
+        goto fail;
+    }
     if (f->size < 8 || read_full(f->fd, len8, 8, 0)) {
         rc = ink_err_set(err, INK_E_FORMAT, "%s: truncated: %zu bytes, a safetensors file needs at least 8",
                          path, f->size);

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 enum ink_dtype {
     INK_DT_F32, INK_DT_F16, INK_DT_BF16, INK_DT_F64,
@@ -59,6 +60,21 @@ const ink_st_tensor *ink_st_find(const ink_st_file *f, const char *name);
 const char *ink_dtype_name(int dtype);
 int ink_dtype_bits(int dtype);
 int64_t ink_st_numel(const ink_st_tensor *t);
+
+/* Element i of a mapped array that may sit at any address (formats.md: a reader must not assume
+ * tensor data are aligned): memcpy loads, no alignment UB; compilers emit one plain load. */
+static inline uint16_t ink_ld_u16(const void *p, size_t i)
+{
+    uint16_t v;
+    memcpy(&v, (const unsigned char *)p + 2 * i, sizeof v);
+    return v;
+}
+static inline float ink_ld_f32(const void *p, size_t i)
+{
+    float v;
+    memcpy(&v, (const unsigned char *)p + 4 * i, sizeof v);
+    return v;
+}
 
 /* Scalar conversions used by loaders and reference kernels. */
 static inline float ink_bf16_to_f32(uint16_t h)

@@ -50,13 +50,20 @@ static char *join(const char *dir, const char *name)
     return p;
 }
 
+static void free_strs(char **v, int n)
+{
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
 static int nonempty_file(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
 }
 
-/* Top-level *.safetensors files (non-empty), sorted. */
+/* Top-level *.safetensors files, sorted. An empty one is an error naming it (a failed download or
+ * copy), never skipped: skipping turned a 0-byte model.safetensors into "holds only an MTP head". */
 static int list_files(const char *dir, char ***out, int *n_out, ink_err *err)
 {
     DIR *dp = opendir(dir);
@@ -68,6 +75,14 @@ static int list_files(const char *dir, char ***out, int *n_out, ink_err *err)
         if (!ends(de->d_name, ".safetensors") || de->d_name[0] == '.') continue;
         char *p = join(dir, de->d_name);
         if (!p) break;
+        struct stat st;
+        if (stat(p, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) {
+            int rc = ink_err_set(err, INK_E_FORMAT, "%s: empty file (0 bytes)", p);
+            free(p);
+            closedir(dp);
+            free_strs(v, n);
+            return rc;
+        }
         int ok = nonempty_file(p);
         free(p);
         if (!ok) continue;
@@ -86,11 +101,6 @@ static int list_files(const char *dir, char ***out, int *n_out, ink_err *err)
     return INK_OK;
 }
 
-static void free_strs(char **v, int n)
-{
-    for (int i = 0; i < n; i++) free(v[i]);
-    free(v);
-}
 
 static int in_list(char **v, int n, const char *s)
 {

@@ -291,7 +291,14 @@ static int parse_root(ink_config *cfg, json_t *root, ctx *c)
     json_t *eos = json_object_get(root, "eos_token_id");
     if (!eos || json_is_null(eos)) eos = json_object_get(tc, "eos_token_id");
     if (json_is_array(eos)) eos = json_array_get(eos, 0);
-    cfg->eos = json_is_integer(eos) ? (int)json_integer_value(eos) : -1;
+    cfg->eos = -1;
+    if (json_is_integer(eos)) {
+        json_int_t ev = json_integer_value(eos);
+        if (ev < 0 || ev >= cfg->vocab)
+            return ink_err_set(c->err, INK_E_FORMAT, "%s: eos_token_id = %lld is outside the vocabulary (0..%d)", c->what,
+                               (long long)ev, cfg->vocab - 1);
+        cfg->eos = (int)ev;
+    }
 
     /* MTP fields. */
     json_t *mc = json_object_get(root, "mtp_config");

@@ -47,21 +47,15 @@ static int not_float(ink_tdir *td, const ink_tref *r, ink_err *err)
                        ink_dtype_name(r->t->dtype));
 }
 
-/* Pointer to the tensor's data, mapped; an aligned copy (owned by the model) when the file puts it at
- * an offset that is not a multiple of the element size. */
+/* Pointer to the tensor's data in the mapping, never a copy: the data may start at any address (a
+ * header that is not padded puts them at an odd offset; formats.md says readers must not assume
+ * alignment), and every kernel reads weights, scales and biases with unaligned loads. */
 static const void *tensor_data(ink_model *m, ink_tdir *td, const ink_tref *r, ink_err *err)
 {
+    static const uint64_t none; /* header-only models: a non-NULL pointer never read */
+    if (m->header_only) return &none;
     if (ink_tdir_map(td, r, err)) return NULL;
-    size_t es = (size_t)ink_dtype_bits(r->t->dtype) / 8;
-    if (es <= 1 || ((uintptr_t)r->t->data % es) == 0) return r->t->data;
-    size_t n = (size_t)(r->t->end - r->t->begin);
-    void *p = ink_model_own(m, malloc(n ? n : 1));
-    if (!p) {
-        ink_err_set(err, INK_E_NOMEM, "out of memory copying misaligned tensor %s", r->name);
-        return NULL;
-    }
-    memcpy(p, r->t->data, n);
-    return p;
+    return r->t->data;
 }
 
 static const ink_tref *need(ink_tdir *td, const char *name, ink_err *err)
@@ -85,10 +79,11 @@ int ink_bind_vec(ink_model *m, ink_tdir *td, const char *name, int64_t n, float 
     const void *d = tensor_data(m, td, r, err);
     float *f = d ? ink_model_own(m, malloc((size_t)(n ? n : 1) * sizeof(float))) : NULL;
     if (!f) return d ? ink_err_set(err, INK_E_NOMEM, "out of memory") : err->code;
-    for (int64_t i = 0; i < n; i++) {
-        if (r->t->dtype == INK_DT_F32) f[i] = ((const float *)d)[i];
-        else if (r->t->dtype == INK_DT_BF16) f[i] = ink_bf16_to_f32(((const uint16_t *)d)[i]);
-        else f[i] = ink_f16_to_f32(((const uint16_t *)d)[i]);
+    for (int64_t i = 0; i < n && m->header_only; i++) f[i] = 0.0f;
+    for (int64_t i = 0; i < n && !m->header_only; i++) {
+        if (r->t->dtype == INK_DT_F32) f[i] = ink_ld_f32(d, (size_t)i);
+        else if (r->t->dtype == INK_DT_BF16) f[i] = ink_bf16_to_f32(ink_ld_u16(d, (size_t)i));
+        else f[i] = ink_f16_to_f32(ink_ld_u16(d, (size_t)i));
     }
     *out = f;
     return INK_OK;
@@ -779,13 +774,14 @@ void ink_model_free(ink_model *m)
     free(m);
 }
 
-int ink_model_open(ink_model **out, const char *dir, const ink_model_opts *opts, ink_err *err)
+static int model_open(ink_model **out, const char *dir, const ink_model_opts *opts, int header_only, ink_err *err)
 {
     char path[4096];
     int rc = config_path(dir, path, sizeof path, err);
     if (rc) return rc;
     ink_model *m = calloc(1, sizeof *m);
     if (!m) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    m->header_only = header_only;
     if ((rc = ink_config_load(&m->cfg, path, err))) goto fail;
     if ((rc = ink_tdir_open(&m->td, dir, INK_TDIR_TARGET, err))) goto fail;
     const ink_config *c = &m->cfg;
@@ -851,6 +847,16 @@ int ink_model_open(ink_model **out, const char *dir, const ink_model_opts *opts,
 fail:
     ink_model_free(m);
     return rc;
+}
+
+int ink_model_open(ink_model **out, const char *dir, const ink_model_opts *opts, ink_err *err)
+{
+    return model_open(out, dir, opts, 0, err);
+}
+
+int ink_model_open_headers(ink_model **out, const char *dir, const ink_model_opts *opts, ink_err *err)
+{
+    return model_open(out, dir, opts, 1, err);
 }
 
 const ink_model_info *ink_model_get_info(const ink_model *m) { return &m->info; }

@@ -53,6 +53,7 @@ struct ink_model {
     ink_layer_w *layers;           /* [n_layer] */
     void **owned;                  /* f32 copies and arrays to free */
     int n_owned, cap_owned;
+    int header_only;               /* opened with ink_model_opts.header_only: no tensor data */
 };
 
 /* Per-layer state of one timeline: KV ring and the four conv states (slots 0 k, 1 v, 2 attn, 3 mlp). */

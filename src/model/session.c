@@ -120,6 +120,7 @@ int ink_session_eval(ink_session *s, const int32_t *tokens, int T, ink_eval_out 
         if (tokens[t] < 0 || tokens[t] >= Vu)
             return ink_err_set(err, INK_E_INVAL, "token id %d (input position %d) is out of range: the vocabulary has %d ids",
                                tokens[t], t, Vu);
+    if (m->header_only) return ink_err_set(err, INK_E_INVAL, "the model was opened header-only (no tensor data)");
     ink_eval_out none = {0};
     if (!out) out = &none;
     for (int t0 = 0; t0 < T; t0 += s->sc.chunk) {

@@ -192,7 +192,7 @@ static int parse_common(ink_server *S, json_t *root, srv_job *j, perr *pe)
         if (json_is_boolean(sv)) en = json_is_true(sv);
         else if (json_is_object(sv)) {
             if (get_bool(sv, "enabled", &en, pe) < 0) return -1;
-            if ((r = get_int(sv, "block_size", 1, INK_MAX_DEPTH + 1, &ll, pe)) < 0) return -1;
+            if ((r = get_int(sv, "block_size", 1, INK_MAX_BLOCK, &ll, pe)) < 0) return -1;
             if (r) j->block_size = (int)ll;
             json_t *m = json_object_get(sv, "mtp_mode");
             if (m && !json_is_null(m)) {
@@ -292,7 +292,11 @@ srv_job *srv_parse_request(ink_server *S, int kind, const char *body, size_t len
     j->kind = kind, j->refs = 1, j->fd = -1, j->status = 200;
     j->sampling = S->o.sampling;
     if (!root) {
-        bad(&pe, NULL, "invalid JSON in the request body: %s (line %d, column %d)", je.text, je.line, je.column);
+        if (strstr(je.text, "JSON_ALLOW_NUL")) /* jansson's wording names its own flag */
+            bad(&pe, NULL, "invalid JSON in the request body: strings must not contain U+0000 (line %d, column %d)",
+                je.line, je.column);
+        else
+            bad(&pe, NULL, "invalid JSON in the request body: %s (line %d, column %d)", je.text, je.line, je.column);
         goto fail;
     }
     if (!json_is_object(root)) {
@@ -396,7 +400,8 @@ static json_t *load_obj(const char *body, size_t len, char **out, int *st)
     json_t *root = json_loadb(body, len, 0, &je);
     if (!root) {
         char m[300];
-        snprintf(m, sizeof m, "invalid JSON in the request body: %s (line %d, column %d)", je.text, je.line, je.column);
+        snprintf(m, sizeof m, "invalid JSON in the request body: %s (line %d, column %d)",
+                 strstr(je.text, "JSON_ALLOW_NUL") ? "strings must not contain U+0000" : je.text, je.line, je.column);
         *st = err_out(out, 400, NULL, m);
         return NULL;
     }

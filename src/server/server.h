@@ -35,6 +35,7 @@ typedef struct ink_server_opts {
     int draft_vocab;        /* > 0: the drafter proposes only the first N ids of draft_vocab.json */
     int rollback_replay;    /* 1: restore + replay after a rejection; 0: capture-and-commit (default) */
     int n_threads;          /* <= 0: all cores */
+    int check_tensors;      /* nonzero: --check-tensors (scan the weights for NaN/Inf at load) */
     int n_ctx;              /* <= 0: min(model_max_length, 4096) */
     int queue_max;          /* requests waiting behind the running one; < 0: 8 */
     size_t body_max;        /* request body limit in bytes; 0: 8 MiB */

@@ -48,6 +48,7 @@ static void load(ink_server *S)
     char path[4200];
     if (S->o.log) fprintf(S->o.log, "serve: loading %s\n", S->model_dir);
     if (ink_model_open(&S->model, S->model_dir, &mo, &e)) goto fail;
+    if (S->o.check_tensors && ink_model_check_tensors(S->model, &e)) goto fail;
     if (S->o.draft && ink_drafter_open(&S->drafter, S->model, S->draft_dir ? S->draft_dir : S->model_dir, &e)) goto fail;
     if (S->drafter && S->o.draft_vocab > 0 &&
         ink_drafter_load_vocab(S->drafter, S->draft_dir ? S->draft_dir : S->model_dir, S->o.draft_vocab, &e))

@@ -464,7 +464,7 @@ static void add_layer(tlist *L, const tiny_spec *s, const char *pfx, const char 
 
 /* ---- file writing ----------------------------------------------------------------------- */
 
-static int write_file(const char *path, tens **ts, int n)
+static int write_file(const char *path, tens **ts, int n, int misalign)
 {
     json_t *h = json_object();
     json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"));
@@ -481,7 +481,7 @@ static int write_file(const char *path, tens **ts, int n)
     char *txt = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(h);
     if (!txt) return -1;
-    size_t len = strlen(txt), padded = (len + 7) / 8 * 8;
+    size_t len = strlen(txt), padded = (len + 7) / 8 * 8 + (misalign ? 1 : 0);
     FILE *f = fopen(path, "wb");
     if (!f) {
         free(txt);
@@ -643,7 +643,7 @@ int tiny_write(const char *dir, const tiny_spec *s)
         else if (shards == 1) snprintf(fname, sizeof fname, "model.safetensors");
         else snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", f + 1, shards);
         snprintf(path, sizeof path, "%s/%s", dir, fname);
-        rc = write_file(path, sel, k);
+        rc = write_file(path, sel, k, s->misalign);
         if (f < shards)
             for (int i = 0; i < k; i++) json_object_set_new(wm, sel[i]->name, json_string(fname));
     }

@@ -44,6 +44,8 @@ typedef struct tiny_spec {
     int q_runtime_keys;                         /* override keys in mlx-vlm runtime names (language_model...) */
     int nvfp4;                                  /* NVFP4 routed experts (U8 + F8_E4M3 .scale + F32 .scale2) */
     const char *nvfp4_skip;                     /* expert stacks whose name contains it stay float */
+    int misalign;                               /* 1: header of 8k + 1 bytes: every tensor's data start at an
+                                                 * odd file offset (legal, formats.md §1) */
 } tiny_spec;
 
 /* The synthetic config of inkling-text.md §6 (all code paths live). */
