@@ -70,7 +70,7 @@ static int ids_equal(const ink_tokens *v, json_t *arr)
 }
 
 /* Renders a vector case through the JSON helper. */
-static int render_case(json_t *c, ink_tokens *v, ink_err *err)
+static int render_case_tok(const ink_tokenizer *tok, json_t *c, ink_tokens *v, ink_err *err)
 {
     json_error_t je;
     json_t *msgs = json_loads(json_string_value(json_object_get(c, "messages_json")), 0, &je);
@@ -90,11 +90,13 @@ static int render_case(json_t *c, ink_tokens *v, ink_err *err)
     o.tools = tools;
     o.allow_image = json_is_true(json_object_get(c, "allow_image"));
     o.no_generation_prompt = json_is_false(json_object_get(c, "add_generation_prompt"));
-    int rc = ink_chat_render_json(g_tok, msgs, &o, v, err);
+    int rc = ink_chat_render_json(tok, msgs, &o, v, err);
     json_decref(msgs);
     json_decref(tools);
     return rc;
 }
+
+static int render_case(json_t *c, ink_tokens *v, ink_err *err) { return render_case_tok(g_tok, c, v, err); }
 
 static void test_render_vectors(void **state)
 {
@@ -264,17 +266,183 @@ static void test_effort(void **state)
 static void test_stop_ids(void **state)
 {
     (void)state;
+    ink_chat_ids c;
+    assert_int_equal(ink_chat_ids_get(g_tok, &c, NULL), INK_OK);
     const int32_t *ids;
-    assert_int_equal(ink_chat_stop_ids(&ids), 3);
+    assert_int_equal(ink_chat_stop_ids(&c, &ids), 3);
     assert_int_equal(ids[0], 200006);
     assert_int_equal(ids[1], 199999);
     assert_int_equal(ids[2], 200000);
-    assert_true(ink_chat_is_stop(200006));
-    assert_false(ink_chat_is_stop(200010)); /* <|end_message|> ends a block, not the turn */
-    assert_false(ink_chat_is_stop(200001));
+    assert_true(ink_chat_is_stop(&c, 200006));
+    assert_false(ink_chat_is_stop(&c, 200010)); /* <|end_message|> ends a block, not the turn */
+    assert_false(ink_chat_is_stop(&c, 200001));
     assert_int_equal(ink_chat_check_tokenizer(g_tok, NULL), INK_OK);
     assert_int_equal(ink_tokenizer_special_id(g_tok, "<|content_model_end_sampling|>"), INK_ID_END_SAMPLING);
     assert_int_equal(ink_tokenizer_special_id(g_tok, "<|content_invoke_tool_json|>"), INK_ID_INVOKE_JSON);
+    /* looked up by spelling, the release tokenizer gives the release ids */
+    const int32_t want[] = {INK_ID_ENDOFTEXT, INK_ID_MSG_USER,    INK_ID_MSG_MODEL,  INK_ID_MSG_SYSTEM,
+                            INK_ID_MSG_TOOL,  INK_ID_TEXT,        INK_ID_IMAGE,      INK_ID_END_SAMPLING,
+                            INK_ID_THINKING,  INK_ID_END_MESSAGE, INK_ID_AUDIO_INPUT, INK_ID_TOOL_ERROR,
+                            INK_ID_XML,       INK_ID_BEGIN_OF_TEXT, INK_ID_INVOKE_JSON, INK_ID_IMAGE_PATCH,
+                            INK_ID_INVOKE_TEXT};
+    const int32_t got[] = {c.endoftext, c.msg_user,   c.msg_model,  c.msg_system,    c.msg_tool,  c.text,
+                           c.image,     c.end_sampling, c.thinking, c.end_message,   c.audio_input,
+                           c.tool_error, c.xml,       c.begin_of_text, c.invoke_json, c.image_patch,
+                           c.invoke_text};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        assert_int_equal(got[i], want[i]);
+}
+
+/* ---- the bundled model's tokenizer: the same tokens at ids 4036..4095 ------------------------- */
+
+#define KJV "models/inkling-kjv"
+
+static void test_kjv_ids(void **state)
+{
+    (void)state;
+    ink_tokenizer *t = NULL;
+    ink_err err = {0};
+    assert_int_equal(ink_tokenizer_open(&t, KJV, &err), INK_OK);
+    ink_chat_ids c;
+    assert_int_equal(ink_chat_ids_get(t, &c, &err), INK_OK);
+    /* release id - 199998 + 4036 */
+    assert_int_equal(c.endoftext, 4037);
+    assert_int_equal(c.msg_user, 4038);
+    assert_int_equal(c.msg_model, 4039);
+    assert_int_equal(c.msg_system, 4040);
+    assert_int_equal(c.text, 4042);
+    assert_int_equal(c.end_sampling, 4044);
+    assert_int_equal(c.thinking, 4046);
+    assert_int_equal(c.end_message, 4048);
+    assert_int_equal(c.xml, 4062);
+    assert_int_equal(c.invoke_json, 4087);
+    assert_int_equal(c.image_patch, 4092);
+    assert_int_equal(c.invoke_text, 4095);
+    const int32_t *ids;
+    assert_int_equal(ink_chat_stop_ids(&c, &ids), 3);
+    assert_int_equal(ids[0], 4044);
+    assert_int_equal(ids[1], 4037);
+    assert_int_equal(ids[2], 4038);
+
+    /* every vector case renders to the same text (control tokens spelled out) as with the
+     * release tokenizer; only the ids differ */
+    json_t *chat = json_object_get(g_vec, "chat");
+    size_t n_cases = 0;
+    for (size_t i = 0; i < json_array_size(chat); i++) {
+        json_t *cs = json_array_get(chat, i);
+        if (json_object_get(cs, "error"))
+            continue;
+        ink_tokens a = {0}, b = {0};
+        int ra = render_case_tok(g_tok, cs, &a, NULL);
+        int rb = render_case_tok(t, cs, &b, NULL);
+        assert_int_equal(ra, rb);
+        if (!ra) {
+            char *sa, *sb;
+            size_t la, lb;
+            assert_int_equal(ink_tokenizer_decode(g_tok, a.ids, a.n, 0, &sa, &la, NULL), INK_OK);
+            assert_int_equal(ink_tokenizer_decode(t, b.ids, b.n, 0, &sb, &lb, NULL), INK_OK);
+            assert_int_equal(la, lb);
+            assert_memory_equal(sa, sb, la);
+            for (size_t k = 0; k < b.n; k++) /* control ids only from the special range */
+                assert_int_equal(ink_tokenizer_is_special(t, b.ids[k]), b.ids[k] >= 4036);
+            free(sa);
+            free(sb);
+            n_cases++;
+        }
+        ink_tokens_free(&a);
+        ink_tokens_free(&b);
+    }
+    assert_true(n_cases >= 5);
+
+    /* parse a reply in the small tokenizer's ids */
+    ink_tokens v = {0};
+    ink_tokens_push(&v, c.thinking, NULL);
+    assert_int_equal(ink_tokenizer_encode(t, "hmm", 3, 0, &v, NULL), INK_OK);
+    ink_tokens_push(&v, c.end_message, NULL);
+    ink_tokens_push(&v, c.msg_model, NULL);
+    ink_tokens_push(&v, c.text, NULL);
+    assert_int_equal(ink_tokenizer_encode(t, "In the beginning", 16, 0, &v, NULL), INK_OK);
+    ink_tokens_push(&v, c.end_message, NULL);
+    ink_tokens_push(&v, c.end_sampling, NULL);
+    ink_tokens_push(&v, c.text, NULL); /* after the stop: ignored */
+    ink_chat_output o;
+    assert_int_equal(ink_chat_parse(t, v.ids, v.n, &o, NULL), INK_OK);
+    assert_int_equal(o.n, 2);
+    assert_int_equal(o.blocks[0].kind, INK_BLOCK_THINKING);
+    assert_string_equal(o.blocks[0].text, "hmm");
+    assert_int_equal(o.blocks[1].kind, INK_BLOCK_TEXT);
+    assert_string_equal(o.blocks[1].text, "In the beginning");
+    assert_true(o.blocks[1].closed);
+    assert_true(o.stopped);
+    assert_int_equal(o.stop_id, 4044);
+    ink_chat_output_free(&o);
+    ink_tokens_free(&v);
+    ink_tokenizer_free(t);
+}
+
+/* A chat's history as ids (rendered prompt + reply as generated + its closing), continued with
+ * `continuation`, equals the whole conversation rendered at once. */
+static void test_continuation(void **state)
+{
+    (void)state;
+    ink_chat_ids c;
+    assert_int_equal(ink_chat_ids_get(g_tok, &c, NULL), INK_OK);
+    ink_chat_msg all[] = {
+        {.role = INK_ROLE_SYSTEM, .content = "Be brief."},
+        {.role = INK_ROLE_USER, .content = "Who was Moses?"},
+        {.role = INK_ROLE_ASSISTANT, .content = "A prophet."},
+        {.role = INK_ROLE_USER, .content = "And Aaron?"},
+    };
+    ink_chat_opts o = {.effort = "low"};
+    ink_tokens whole = {0}, hist = {0};
+    assert_int_equal(ink_chat_render(g_tok, all, 4, &o, &whole, NULL), INK_OK);
+    assert_int_equal(ink_chat_render(g_tok, all, 2, &o, &hist, NULL), INK_OK);
+    ink_tokens_push(&hist, c.text, NULL);
+    assert_int_equal(ink_tokenizer_encode(g_tok, "A prophet.", 10, 0, &hist, NULL), INK_OK);
+    ink_tokens_push(&hist, c.end_message, NULL);
+    ink_tokens_push(&hist, c.end_sampling, NULL);
+    o.continuation = 1;
+    assert_int_equal(ink_chat_render(g_tok, all + 3, 1, &o, &hist, NULL), INK_OK);
+    assert_int_equal(hist.n, whole.n);
+    assert_memory_equal(hist.ids, whole.ids, whole.n * sizeof *whole.ids);
+    ink_tokens_free(&whole);
+    ink_tokens_free(&hist);
+}
+
+/* A tokenizer without (some of) the tokens: the error names each missing spelling. */
+static void test_missing_tokens(void **state)
+{
+    (void)state;
+    json_t *root = json_load_file(KJV "/tokenizer.json", 0, NULL);
+    assert_non_null(root);
+    json_t *added = json_object_get(root, "added_tokens"), *keep = json_array();
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        json_t *a = json_array_get(added, i);
+        const char *s = json_string_value(json_object_get(a, "content"));
+        if (strcmp(s, "<|end_message|>") && strcmp(s, "<|content_thinking|>"))
+            json_array_append(keep, a);
+    }
+    json_object_set_new(root, "added_tokens", keep);
+    char *js = json_dumps(root, 0);
+    json_decref(root);
+    ink_tokenizer *t = NULL;
+    ink_err err = {0};
+    assert_int_equal(ink_tokenizer_open_mem(&t, js, strlen(js), "cut/tokenizer.json", &err), INK_OK);
+    free(js);
+    ink_chat_ids c;
+    assert_int_equal(ink_chat_ids_get(t, &c, &err), INK_E_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "<|end_message|>"));
+    assert_non_null(strstr(err.msg, "<|content_thinking|>"));
+    assert_null(strstr(err.msg, "<|message_user|>"));
+    ink_chat_msg m = {.role = INK_ROLE_USER, .content = "Hi"};
+    ink_tokens v = {0};
+    memset(&err, 0, sizeof err);
+    assert_int_equal(ink_chat_render(t, &m, 1, NULL, &v, &err), INK_E_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "<|end_message|>"));
+    assert_int_equal(v.n, 0);
+    ink_chat_parser *p = NULL;
+    assert_int_equal(ink_chat_parser_new(&p, t, NULL), INK_E_UNSUPPORTED);
+    ink_tokenizer_free(t);
 }
 
 static void append_text(ink_tokens *v, const char *s)
@@ -445,6 +613,9 @@ int main(void)
         cmocka_unit_test(test_canonical_json),
         cmocka_unit_test(test_effort),
         cmocka_unit_test(test_stop_ids),
+        cmocka_unit_test(test_kjv_ids),
+        cmocka_unit_test(test_missing_tokens),
+        cmocka_unit_test(test_continuation),
         cmocka_unit_test(test_parse_blocks),
         cmocka_unit_test(test_parse_truncated_and_bare),
         cmocka_unit_test(test_render_errors),

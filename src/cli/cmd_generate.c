@@ -475,10 +475,8 @@ static int generate_once(run *r, const int32_t *ids, int n_ids, int text_mode, i
     r->o.on_token = on_token;
     r->o.on_round = on_round;
     r->o.ud = &k;
-    const int32_t *stops;
-    size_t n_stops = ink_chat_stop_ids(&stops);
-    r->o.stop_ids = chat ? stops : NULL;
-    r->o.n_stop_ids = chat ? (int)n_stops : 0;
+    r->o.stop_ids = NULL;
+    r->o.n_stop_ids = k.cp ? (int)ink_chat_stop_ids(ink_chat_parser_ids(k.cp), &r->o.stop_ids) : 0;
     if (isatty(2) && text_mode) fprintf(stderr, "prefill: %d tokens ...\r", n_ids);
     ink_gen_stats st;
     int n_out = 0;
@@ -597,22 +595,28 @@ done:
 
 /* ---- chat ------------------------------------------------------------------------------ */
 
-/* Makes room for `need` messages (both arrays grow together). */
-static int grow(ink_chat_msg **msgs, char ***texts, size_t *cap, size_t need)
+/* Closes a reply in the history: a stop other than <|content_model_end_sampling|> is dropped, an
+ * open block gets its <|end_message|>, the turn its <|content_model_end_sampling|>. */
+static int close_reply(run *r, const ink_chat_ids *c, ink_tokens *hist, const ink_tokens *reply)
 {
-    if (need <= *cap) return 0;
-    size_t n = *cap * 2 > need ? *cap * 2 : need;
-    ink_chat_msg *nm = realloc(*msgs, n * sizeof **msgs);
-    if (!nm) return -1;
-    *msgs = nm;
-    char **nt = realloc(*texts, n * sizeof **texts);
-    if (!nt) return -1;
-    *texts = nt, *cap = n;
-    return 0;
+    size_t n = reply->n;
+    if (n && reply->ids[n - 1] == c->end_sampling) n--;
+    else if (n && ink_chat_is_stop(c, reply->ids[n - 1])) n--;
+    for (size_t i = 0; i < n; i++)
+        if (ink_tokens_push(hist, reply->ids[i], &r->e)) return -1;
+    ink_chat_output co = {0};
+    int open = 0;
+    if (!ink_chat_parse(r->tok, reply->ids, n, &co, NULL)) {
+        open = co.n && !co.blocks[co.n - 1].closed;
+        ink_chat_output_free(&co);
+    }
+    if (open && ink_tokens_push(hist, c->end_message, &r->e)) return -1;
+    return ink_tokens_push(hist, c->end_sampling, &r->e) ? -1 : 0;
 }
 
-/* Interactive multi-turn chat: each turn renders the whole conversation and generates with prefix
- * reuse, so only the new turn is prefilled when the rendering extends what the session consumed. */
+/* Interactive multi-turn chat. The history is kept as ids (the rendered prompts and the replies as
+ * generated), each turn appends its user block to it (no second effort block), so the session's
+ * state covers every earlier turn and only the new one is prefilled. /reset starts over. */
 int cmd_chat(int argc, char **argv)
 {
     run r = {0};
@@ -640,10 +644,9 @@ int cmd_chat(int argc, char **argv)
         return 1;
     }
     r.o.reuse_prefix = 1;
-    size_t n_msgs = 0, cap = 16;
-    ink_chat_msg *msgs = calloc(cap, sizeof *msgs);
-    char **texts = calloc(cap, sizeof *texts);
-    if (r.a.system) msgs[n_msgs++] = (ink_chat_msg){.role = INK_ROLE_SYSTEM, .content = r.a.system};
+    ink_chat_ids cid;
+    ink_chat_ids_get(r.tok, &cid, NULL);
+    ink_tokens hist = {0};
     char line[65536];
     int tty = isatty(0);
     for (;;) {
@@ -653,46 +656,36 @@ int cmd_chat(int argc, char **argv)
         line[strcspn(line, "\n")] = 0;
         if (!*line) continue;
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
-        if (grow(&msgs, &texts, &cap, n_msgs + 2)) break;
-        texts[n_msgs] = strdup(line);
-        msgs[n_msgs] = (ink_chat_msg){.role = INK_ROLE_USER, .content = texts[n_msgs]};
-        n_msgs++;
-        ink_tokens t = {0}, reply = {0};
-        ink_chat_opts co = {.effort = r.a.effort};
+        if (!strcmp(line, "/reset")) {
+            hist.n = 0;
+            fprintf(stderr, "(conversation reset)\n");
+            continue;
+        }
+        ink_chat_msg msgs[2];
+        size_t nm = 0;
+        if (!hist.n && r.a.system) msgs[nm++] = (ink_chat_msg){.role = INK_ROLE_SYSTEM, .content = r.a.system};
+        msgs[nm++] = (ink_chat_msg){.role = INK_ROLE_USER, .content = line};
+        ink_chat_opts co = {.effort = r.a.effort, .continuation = hist.n > 0};
         memset(&r.e, 0, sizeof r.e);
-        if (ink_chat_render(r.tok, msgs, n_msgs, &co, &t, &r.e)) {
+        if (ink_chat_render(r.tok, msgs, nm, &co, &hist, &r.e)) {
             rc = cli_fail(&r.e);
-            ink_tokens_free(&t);
             break;
         }
-        int grc = generate_once(&r, t.ids, (int)t.n, 1, 1, &reply);
-        ink_tokens_free(&t);
+        ink_tokens reply = {0};
+        int grc = generate_once(&r, hist.ids, (int)hist.n, 1, 1, &reply);
         if (grc && grc != 130) {
             rc = grc;
             ink_tokens_free(&reply);
             break;
         }
-        /* the reply joins the history as an assistant message (its text and reasoning) */
-        ink_chat_output co_out = {0};
-        char *txt = NULL, *reasoning = NULL;
-        if (!ink_chat_parse(r.tok, reply.ids, reply.n, &co_out, NULL)) {
-            for (size_t b = 0; b < co_out.n; b++) {
-                char **dst = co_out.blocks[b].kind == INK_BLOCK_THINKING ? &reasoning : co_out.blocks[b].kind == INK_BLOCK_TEXT ? &txt : NULL;
-                if (dst && !*dst) *dst = strdup(co_out.blocks[b].text);
-            }
-            ink_chat_output_free(&co_out);
-        }
+        int crc = close_reply(&r, &cid, &hist, &reply);
         ink_tokens_free(&reply);
-        texts[n_msgs] = txt ? txt : strdup("");
-        msgs[n_msgs] = (ink_chat_msg){.role = INK_ROLE_ASSISTANT, .content = texts[n_msgs], .reasoning = reasoning};
-        n_msgs++;
+        if (crc) {
+            rc = cli_fail(&r.e);
+            break;
+        }
     }
-    for (size_t i = 0; i < n_msgs; i++) {
-        if (msgs[i].role != INK_ROLE_SYSTEM) free(texts[i]);
-        if (msgs[i].reasoning) free((char *)msgs[i].reasoning);
-    }
-    free(msgs);
-    free(texts);
+    ink_tokens_free(&hist);
     run_free(&r);
     return rc;
 }

@@ -222,7 +222,7 @@ int srv_out_feed(srv_out *o, int32_t id)
         size_t n;
         if (ink_detok_feed(o->detok, id, &t, &n, NULL) == INK_OK && n) visible(o, t, n);
     }
-    if (o->chat && ink_chat_is_stop(id)) o->stop_id_seen = 1;
+    if (o->parser && ink_chat_is_stop(ink_chat_parser_ids(o->parser), id)) o->stop_id_seen = 1;
     return o->stop.hit || o->stop_id_seen;
 }
 

@@ -152,6 +152,7 @@ struct ink_server {
     ink_drafter *drafter;
     ink_tokenizer *tok;       /* NULL: no tokenizer.json */
     int chat_ok;              /* the tokenizer has the Inkling control tokens */
+    ink_chat_ids chat_ids;    /* their ids (valid when chat_ok) */
     char chat_why[256];       /* why chat is unavailable */
     int n_ctx, n_vocab, eos, depth;
     long long load_time;

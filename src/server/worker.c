@@ -58,7 +58,7 @@ static void load(ink_server *S)
     if (access(path, F_OK) == 0) {
         if (ink_tokenizer_open(&S->tok, S->model_dir, &e)) goto fail;
         ink_err ce = {0};
-        if (ink_chat_check_tokenizer(S->tok, &ce) == INK_OK) S->chat_ok = 1;
+        if (ink_chat_ids_get(S->tok, &S->chat_ids, &ce) == INK_OK) S->chat_ok = 1;
         else snprintf(S->chat_why, sizeof S->chat_why, "%s", ce.msg);
     } else snprintf(S->chat_why, sizeof S->chat_why, "the model directory has no tokenizer.json");
     S->n_ctx = ink_session_n_ctx(S->sess);
@@ -262,10 +262,8 @@ static void run_job(ink_server *S, srv_job *j)
     ink_gen_opts o = {0};
     o.max_tokens = j->max_tokens;
     o.stop_eos = j->stop_eos;
-    o.eos = j->kind == SRV_CHAT && S->chat_ok ? INK_ID_END_SAMPLING : -1;
-    const int32_t *stops;
-    size_t n_stops = ink_chat_stop_ids(&stops);
-    if (j->kind == SRV_CHAT && S->chat_ok) o.stop_ids = stops, o.n_stop_ids = (int)n_stops;
+    o.eos = j->kind == SRV_CHAT && S->chat_ok ? S->chat_ids.end_sampling : -1;
+    if (j->kind == SRV_CHAT && S->chat_ok) o.n_stop_ids = (int)ink_chat_stop_ids(&S->chat_ids, &o.stop_ids);
     if (S->tok) o.vocab_limit = ink_tokenizer_n_vocab(S->tok);
     o.sampling = j->sampling;
     o.drafter = j->use_draft ? S->drafter : NULL;

@@ -2,6 +2,7 @@
 #include "tok/chat.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,47 +272,102 @@ void ink_chat_effort_str(double v, char buf[8])
     }
 }
 
-/* ---- stop ids -------------------------------------------------------------------------------- */
+/* ---- control tokens by spelling ------------------------------------------------------------ */
 
-static const int32_t stop_ids[] = {INK_ID_END_SAMPLING, INK_ID_ENDOFTEXT, INK_ID_MSG_USER};
-
-size_t ink_chat_stop_ids(const int32_t **ids)
+static int32_t special(const ink_tokenizer *tok, const char *s)
 {
-    if (ids)
-        *ids = stop_ids;
-    return sizeof stop_ids / sizeof stop_ids[0];
+    int32_t id = ink_tokenizer_special_id(tok, s);
+    return id >= 0 && ink_tokenizer_is_special(tok, id) ? id : -1;
 }
 
-int ink_chat_is_stop(int32_t id)
+int ink_chat_ids_get(const ink_tokenizer *tok, ink_chat_ids *ids, ink_err *err)
 {
-    return id == INK_ID_END_SAMPLING || id == INK_ID_ENDOFTEXT || id == INK_ID_MSG_USER;
+    if (!tok || !ids)
+        return ink_err_set(err, INK_E_INVAL, "chat: NULL tokenizer");
+    static const struct {
+        const char *s;
+        size_t off;
+    } req[] = {
+        {"<|message_user|>", offsetof(ink_chat_ids, msg_user)},
+        {"<|message_model|>", offsetof(ink_chat_ids, msg_model)},
+        {"<|message_system|>", offsetof(ink_chat_ids, msg_system)},
+        {"<|message_tool|>", offsetof(ink_chat_ids, msg_tool)},
+        {"<|content_text|>", offsetof(ink_chat_ids, text)},
+        {"<|content_thinking|>", offsetof(ink_chat_ids, thinking)},
+        {"<|end_message|>", offsetof(ink_chat_ids, end_message)},
+        {"<|content_model_end_sampling|>", offsetof(ink_chat_ids, end_sampling)},
+        {"<|content_invoke_tool_json|>", offsetof(ink_chat_ids, invoke_json)},
+        {"<|content_invoke_tool_text|>", offsetof(ink_chat_ids, invoke_text)},
+        {"<|content_tool_error|>", offsetof(ink_chat_ids, tool_error)},
+        {"<|content_xml|>", offsetof(ink_chat_ids, xml)},
+    }, opt[] = {
+        {"<|endoftext|>", offsetof(ink_chat_ids, endoftext)},
+        {"<|content_image|>", offsetof(ink_chat_ids, image)},
+        {"<|unused_200054|>", offsetof(ink_chat_ids, image_patch)},
+        {"<|content_audio_input|>", offsetof(ink_chat_ids, audio_input)},
+        {"<|begin_of_text|>", offsetof(ink_chat_ids, begin_of_text)},
+    };
+    ink_chat_ids c;
+    memset(&c, 0, sizeof c);
+    char missing[512];
+    size_t ml = 0;
+    int n_missing = 0;
+    missing[0] = 0;
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
+        int32_t id = special(tok, req[i].s);
+        if (id < 0 && !strcmp(req[i].s, "<|content_xml|>"))
+            id = special(tok, "<|unused_200024|>"); /* older tokenizer revisions */
+        *(int32_t *)((char *)&c + req[i].off) = id;
+        if (id < 0) {
+            int w = snprintf(missing + ml, sizeof missing - ml, "%s%s", n_missing ? ", " : "", req[i].s);
+            if (w > 0 && (size_t)w < sizeof missing - ml)
+                ml += (size_t)w;
+            n_missing++;
+        }
+    }
+    if (n_missing)
+        return ink_err_set(err, INK_E_UNSUPPORTED,
+                           "chat: the tokenizer (%d tokens) lacks %d of the Inkling chat format's %zu "
+                           "special tokens: %s", ink_tokenizer_n_vocab(tok), n_missing,
+                           sizeof req / sizeof req[0], missing);
+    for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
+        *(int32_t *)((char *)&c + opt[i].off) = special(tok, opt[i].s);
+    if (c.image < 0 || c.image_patch < 0)
+        c.image = c.image_patch = -1;
+    c.stops[c.n_stops++] = c.end_sampling;
+    if (c.endoftext >= 0)
+        c.stops[c.n_stops++] = c.endoftext;
+    c.stops[c.n_stops++] = c.msg_user;
+    *ids = c;
+    return INK_OK;
+}
+
+size_t ink_chat_stop_ids(const ink_chat_ids *c, const int32_t **ids)
+{
+    if (ids)
+        *ids = c->stops;
+    return c->n_stops;
+}
+
+int ink_chat_is_stop(const ink_chat_ids *c, int32_t id)
+{
+    for (size_t i = 0; i < c->n_stops; i++)
+        if (c->stops[i] == id)
+            return 1;
+    return 0;
 }
 
 int ink_chat_check_tokenizer(const ink_tokenizer *tok, ink_err *err)
 {
-    if (!tok)
-        return ink_err_set(err, INK_E_INVAL, "chat: NULL tokenizer");
-    if (ink_tokenizer_n_vocab(tok) < INK_CHAT_N_VOCAB)
-        return ink_err_set(err, INK_E_UNSUPPORTED,
-                           "chat: tokenizer has %d tokens; the Inkling chat format needs %d",
-                           ink_tokenizer_n_vocab(tok), INK_CHAT_N_VOCAB);
-    static const int32_t need[] = {INK_ID_ENDOFTEXT,    INK_ID_MSG_USER,    INK_ID_MSG_MODEL,
-                                   INK_ID_MSG_SYSTEM,   INK_ID_MSG_TOOL,    INK_ID_TEXT,
-                                   INK_ID_IMAGE,        INK_ID_END_SAMPLING, INK_ID_THINKING,
-                                   INK_ID_END_MESSAGE,  INK_ID_TOOL_ERROR,  INK_ID_XML,
-                                   INK_ID_INVOKE_JSON,  INK_ID_IMAGE_PATCH, INK_ID_INVOKE_TEXT};
-    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
-        if (!ink_tokenizer_is_special(tok, need[i]))
-            return ink_err_set(err, INK_E_UNSUPPORTED,
-                               "chat: token %d is not a special token: not an Inkling tokenizer",
-                               (int)need[i]);
-    return INK_OK;
+    ink_chat_ids c;
+    return ink_chat_ids_get(tok, &c, err);
 }
 
 /* ---- rendering ------------------------------------------------------------------------------- */
 
 typedef struct rnd {
     const ink_tokenizer *tok;
+    const ink_chat_ids *id;
     ink_tokens *out;
     ink_err *err;
 } rnd;
@@ -332,7 +388,7 @@ static int block(rnd *r, int32_t role, const char *header, int32_t kind, const c
         return rc;
     if ((rc = emit(r, kind)) || (rc = emit_text(r, payload, n)))
         return rc;
-    return emit(r, INK_ID_END_MESSAGE);
+    return emit(r, r->id->end_message);
 }
 
 static int render_tools(rnd *r, json_t *tools)
@@ -376,7 +432,7 @@ static int render_tools(rnd *r, json_t *tools)
         rc = ink_json_canonical(list, 1, &js, &jl, r->err);
     json_decref(list);
     if (!rc)
-        rc = block(r, INK_ID_MSG_SYSTEM, "tool_declare", INK_ID_XML, js, jl);
+        rc = block(r, r->id->msg_system, "tool_declare", r->id->xml, js, jl);
     free(js);
     return rc;
 }
@@ -414,7 +470,7 @@ static int render_tool_call(rnd *r, size_t mi, size_t ci, const ink_chat_tool_ca
         rc = b.oom ? ink_err_set(r->err, INK_E_NOMEM, "chat: out of memory") : INK_OK;
     }
     if (!rc)
-        rc = block(r, INK_ID_MSG_MODEL, tc->name, INK_ID_INVOKE_JSON, b.p, b.n);
+        rc = block(r, r->id->msg_model, tc->name, r->id->invoke_json, b.p, b.n);
     free(b.p);
     return rc;
 }
@@ -437,20 +493,20 @@ static int render_parts(rnd *r, size_t mi, const ink_chat_msg *m, int32_t role, 
     int rc = INK_OK;
     if (!m->n_parts) {
         const char *c = m->content ? m->content : "";
-        return block(r, role, header, INK_ID_TEXT, c, strlen(c));
+        return block(r, role, header, r->id->text, c, strlen(c));
     }
     for (size_t p = 0; p < m->n_parts && !rc; p++) {
         const ink_chat_part *pt = &m->parts[p];
         if (pt->kind == INK_PART_TEXT) {
             const char *c = pt->text ? pt->text : "";
-            rc = block(r, role, header, INK_ID_TEXT, c, strlen(c));
+            rc = block(r, role, header, r->id->text, c, strlen(c));
         } else {
-            if (!allow_image || role != INK_ID_MSG_USER)
+            if (!allow_image || role != r->id->msg_user || r->id->image < 0)
                 return ink_err_set(r->err, INK_E_UNSUPPORTED,
                                    "messages[%zu].content[%zu]: image input is not supported by this "
                                    "text-only engine", mi, p);
-            if (!(rc = emit(r, role)) && !(rc = emit(r, INK_ID_IMAGE)) && !(rc = emit(r, INK_ID_IMAGE_PATCH)))
-                rc = emit(r, INK_ID_END_MESSAGE);
+            if (!(rc = emit(r, role)) && !(rc = emit(r, r->id->image)) && !(rc = emit(r, r->id->image_patch)))
+                rc = emit(r, r->id->end_message);
         }
     }
     return rc;
@@ -462,15 +518,15 @@ static int render_msg(rnd *r, const ink_chat_msg *msgs, size_t i, const ink_chat
     int rc = INK_OK;
     switch (m->role) {
     case INK_ROLE_SYSTEM:
-    case INK_ROLE_DEVELOPER: return render_parts(r, i, m, INK_ID_MSG_SYSTEM, NULL, 0);
-    case INK_ROLE_USER: return render_parts(r, i, m, INK_ID_MSG_USER, NULL, o->allow_image);
+    case INK_ROLE_DEVELOPER: return render_parts(r, i, m, r->id->msg_system, NULL, 0);
+    case INK_ROLE_USER: return render_parts(r, i, m, r->id->msg_user, NULL, o->allow_image);
     case INK_ROLE_TOOL: {
         const char *name = m->name ? m->name : tool_name_for(msgs, i, m->tool_call_id);
-        return render_parts(r, i, m, INK_ID_MSG_TOOL, name ? name : "", 0);
+        return render_parts(r, i, m, r->id->msg_tool, name ? name : "", 0);
     }
     case INK_ROLE_ASSISTANT:
         if (m->reasoning && *m->reasoning &&
-            (rc = block(r, INK_ID_MSG_MODEL, NULL, INK_ID_THINKING, m->reasoning, strlen(m->reasoning))))
+            (rc = block(r, r->id->msg_model, NULL, r->id->thinking, m->reasoning, strlen(m->reasoning))))
             return rc;
         if (m->n_parts) {
             for (size_t p = 0; p < m->n_parts && !rc; p++) {
@@ -479,13 +535,13 @@ static int render_msg(rnd *r, const ink_chat_msg *msgs, size_t i, const ink_chat
                     return ink_err_set(r->err, INK_E_UNSUPPORTED,
                                        "messages[%zu].content[%zu]: assistant content must be text", i, p);
                 if (pt->text && *pt->text)
-                    rc = block(r, INK_ID_MSG_MODEL, NULL, INK_ID_TEXT, pt->text, strlen(pt->text));
+                    rc = block(r, r->id->msg_model, NULL, r->id->text, pt->text, strlen(pt->text));
             }
         } else if (m->content && *m->content)
-            rc = block(r, INK_ID_MSG_MODEL, NULL, INK_ID_TEXT, m->content, strlen(m->content));
+            rc = block(r, r->id->msg_model, NULL, r->id->text, m->content, strlen(m->content));
         for (size_t k = 0; k < m->n_tool_calls && !rc; k++)
             rc = render_tool_call(r, i, k, &m->tool_calls[k]);
-        return rc ? rc : emit(r, INK_ID_END_SAMPLING);
+        return rc ? rc : emit(r, r->id->end_sampling);
     }
     return ink_err_set(r->err, INK_E_INVAL, "messages[%zu]: unknown role %d", i, (int)m->role);
 }
@@ -497,7 +553,8 @@ int ink_chat_render(const ink_tokenizer *tok, const ink_chat_msg *msgs, size_t n
     const ink_chat_opts *o = opts ? opts : &dflt;
     if (!out || (!msgs && n_msgs))
         return ink_err_set(err, INK_E_INVAL, "ink_chat_render: NULL argument");
-    int rc = ink_chat_check_tokenizer(tok, err);
+    ink_chat_ids ids;
+    int rc = ink_chat_ids_get(tok, &ids, err);
     if (rc)
         return rc;
     double effort;
@@ -507,24 +564,24 @@ int ink_chat_render(const ink_tokenizer *tok, const ink_chat_msg *msgs, size_t n
     ink_chat_effort_str(effort, es);
     snprintf(line, sizeof line, "Thinking effort level: %s", es);
     size_t n0 = out->n;
-    rnd r = {tok, out, err};
-    rc = render_tools(&r, o->tools);
-    int effort_done = 0;
+    rnd r = {tok, &ids, out, err};
+    rc = o->continuation ? INK_OK : render_tools(&r, o->tools);
+    int effort_done = o->continuation;
     for (size_t i = 0; i < n_msgs && !rc; i++) {
         int sys = msgs[i].role == INK_ROLE_SYSTEM || msgs[i].role == INK_ROLE_DEVELOPER;
         if (!sys && !effort_done) {
-            if ((rc = block(&r, INK_ID_MSG_SYSTEM, NULL, INK_ID_TEXT, line, strlen(line))))
+            if ((rc = block(&r, ids.msg_system, NULL, ids.text, line, strlen(line))))
                 break;
             effort_done = 1;
         }
         rc = render_msg(&r, msgs, i, o);
     }
     if (!rc && !effort_done)
-        rc = block(&r, INK_ID_MSG_SYSTEM, NULL, INK_ID_TEXT, line, strlen(line));
+        rc = block(&r, ids.msg_system, NULL, ids.text, line, strlen(line));
     if (!rc && !o->no_generation_prompt) {
-        rc = emit(&r, INK_ID_MSG_MODEL);
+        rc = emit(&r, ids.msg_model);
         if (!rc && o->text_prefill && effort == 0)
-            rc = emit(&r, INK_ID_TEXT);
+            rc = emit(&r, ids.text);
     }
     if (rc)
         out->n = n0;
@@ -660,6 +717,7 @@ enum { ST_HEADER, ST_BLOCK, ST_AFTER, ST_DONE };
 
 struct ink_chat_parser {
     const ink_tokenizer *tok;
+    ink_chat_ids id;
     ink_detok *body;
     int state;
     ink_block_kind kind;
@@ -675,7 +733,9 @@ int ink_chat_parser_new(ink_chat_parser **out, const ink_tokenizer *tok, ink_err
     ink_chat_parser *p = calloc(1, sizeof *p);
     if (!p)
         return ink_err_set(err, INK_E_NOMEM, "chat: out of memory");
-    int rc = ink_detok_new(&p->body, tok, 0, err);
+    int rc = ink_chat_ids_get(tok, &p->id, err);
+    if (!rc)
+        rc = ink_detok_new(&p->body, tok, 0, err);
     if (rc) {
         free(p);
         return rc;
@@ -685,6 +745,8 @@ int ink_chat_parser_new(ink_chat_parser **out, const ink_tokenizer *tok, ink_err
     *out = p;
     return INK_OK;
 }
+
+const ink_chat_ids *ink_chat_parser_ids(const ink_chat_parser *p) { return &p->id; }
 
 void ink_chat_parser_free(ink_chat_parser *p)
 {
@@ -696,16 +758,21 @@ void ink_chat_parser_free(ink_chat_parser *p)
     free(p);
 }
 
-static int kind_of(int32_t id, ink_block_kind *k)
+static int kind_of(const ink_chat_ids *c, int32_t id, ink_block_kind *k)
 {
-    switch (id) {
-    case INK_ID_TEXT: *k = INK_BLOCK_TEXT; return 1;
-    case INK_ID_THINKING: *k = INK_BLOCK_THINKING; return 1;
-    case INK_ID_INVOKE_JSON: *k = INK_BLOCK_TOOL_CALL; return 1;
-    case INK_ID_INVOKE_TEXT: *k = INK_BLOCK_TOOL_TEXT; return 1;
-    case INK_ID_TOOL_ERROR: *k = INK_BLOCK_TOOL_ERROR; return 1;
-    default: return 0;
-    }
+    if (id == c->text)
+        *k = INK_BLOCK_TEXT;
+    else if (id == c->thinking)
+        *k = INK_BLOCK_THINKING;
+    else if (id == c->invoke_json)
+        *k = INK_BLOCK_TOOL_CALL;
+    else if (id == c->invoke_text)
+        *k = INK_BLOCK_TOOL_TEXT;
+    else if (id == c->tool_error)
+        *k = INK_BLOCK_TOOL_ERROR;
+    else
+        return 0;
+    return 1;
 }
 
 /* Closes the open block: flushes the decoder into a DELTA, then BLOCK_END. */
@@ -745,7 +812,7 @@ int ink_chat_parser_feed(ink_chat_parser *p, int32_t id, ink_chat_event ev[4], s
     if (id < 0 || id >= ink_tokenizer_n_vocab(p->tok))
         return ink_err_set(err, INK_E_INVAL, "chat: id %d is not a token", (int)id);
     ink_block_kind k;
-    if (ink_chat_is_stop(id)) {
+    if (ink_chat_is_stop(&p->id, id)) {
         if (p->state == ST_BLOCK)
             close_block(p, 0, ev, n_ev);
         else if (p->header.n) { /* bare text without a kind token */
@@ -758,19 +825,19 @@ int ink_chat_parser_feed(ink_chat_parser *p, int32_t id, ink_chat_event ev[4], s
         p->state = ST_DONE;
         return INK_OK;
     }
-    if (kind_of(id, &k)) {
+    if (kind_of(&p->id, id, &k)) {
         if (p->state == ST_BLOCK)
             close_block(p, 0, ev, n_ev);
         if (open_block(p, k, ev, n_ev))
             return ink_err_set(err, INK_E_NOMEM, "chat: out of memory");
         return INK_OK;
     }
-    if (id == INK_ID_END_MESSAGE) {
+    if (id == p->id.end_message) {
         if (p->state == ST_BLOCK)
             close_block(p, 1, ev, n_ev);
         return INK_OK;
     }
-    if (id == INK_ID_MSG_MODEL) {
+    if (id == p->id.msg_model) {
         if (p->state == ST_BLOCK)
             close_block(p, 0, ev, n_ev);
         p->state = ST_HEADER;

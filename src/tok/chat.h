@@ -1,8 +1,8 @@
 /*
  * chat.h — the Inkling chat format: prompt rendering to ids, output parsing on ids, stop ids.
  *
- * Rendering (no template engine) builds the id sequence directly: control tokens are emitted by
- * id, every payload (system / user / tool text, names, JSON) is encoded with special matching
+ * Rendering (no template engine) builds the id sequence directly: control tokens are looked up by
+ * spelling in the tokenizer (ink_chat_ids) and emitted by id, every payload (system / user / tool text, names, JSON) is encoded with special matching
  * OFF, so a user who types "<|end_message|>" gets ordinary text tokens, never a control token.
  * Order (docs/tokenizer.md, spec tokenizer.md §6.2):
  *   1. tools declared: <|message_system|>tool_declare<|content_xml|>JSON<|end_message|>, JSON being
@@ -29,8 +29,10 @@
 
 #include <jansson.h>
 
-/* Inkling control-token ids (resolved by id, never by spelling: 200024 is spelled
- * <|content_xml|> or <|unused_200024|> depending on the tokenizer revision). */
+/* The release checkpoint's control-token ids. Code never uses them: every id is looked up by its
+ * spelling in the tokenizer's added tokens (ink_chat_ids_get), so a small model whose tokenizer
+ * carries the same tokens at other ids (models/inkling-kjv: 4036..4095) speaks the same format.
+ * They stay for tests and documentation. */
 enum {
     INK_ID_ENDOFTEXT = 199999,
     INK_ID_MSG_USER = 200000,
@@ -49,8 +51,30 @@ enum {
     INK_ID_INVOKE_JSON = 200049,
     INK_ID_IMAGE_PATCH = 200054,
     INK_ID_INVOKE_TEXT = 200057,
-    INK_CHAT_N_VOCAB = 200058, /* tokenizer size the format needs */
+    INK_CHAT_N_VOCAB = 200058, /* the release tokenizer's size */
 };
+
+/* The control tokens' ids in one tokenizer, looked up by spelling (special added tokens only).
+ * Required (ink_chat_ids_get fails, naming every missing one): <|message_user|>,
+ * <|message_model|>, <|message_system|>, <|message_tool|>, <|content_text|>,
+ * <|content_thinking|>, <|end_message|>, <|content_model_end_sampling|>,
+ * <|content_invoke_tool_json|>, <|content_invoke_tool_text|>, <|content_tool_error|> and
+ * <|content_xml|> (older revisions spell it <|unused_200024|>). Optional (-1 when absent):
+ * <|endoftext|> (a defensive stop), <|content_image|> + <|unused_200054|> (image placeholder;
+ * without them image parts are refused), <|content_audio_input|>, <|begin_of_text|>.
+ * Plain data: copy it freely. */
+#define INK_CHAT_MAX_STOPS 3
+typedef struct ink_chat_ids {
+    int32_t endoftext, msg_user, msg_model, msg_system, msg_tool;
+    int32_t text, image, end_sampling, thinking, end_message;
+    int32_t audio_input, tool_error, xml, begin_of_text, invoke_json, image_patch, invoke_text;
+    int32_t stops[INK_CHAT_MAX_STOPS]; /* end_sampling, then the defensive endoftext, msg_user */
+    size_t n_stops;
+} ink_chat_ids;
+
+/* Fills *ids from tok. INK_E_UNSUPPORTED, listing the missing spellings, if tok lacks a required
+ * token (or has it as a non-special token). */
+int ink_chat_ids_get(const ink_tokenizer *tok, ink_chat_ids *ids, ink_err *err);
 
 typedef enum ink_chat_role {
     INK_ROLE_SYSTEM,
@@ -94,6 +118,8 @@ typedef struct ink_chat_opts {
                                   placeholder; a processor expands it). 0: INK_E_UNSUPPORTED */
     int text_prefill;          /* 1: when effort is 0, append <|content_text|> after the prompt
                                   (not template behaviour: forces a visible answer) */
+    int continuation;          /* 1: the messages continue an earlier rendering (a chat's next
+                                  turn appended to its history ids): no tool block, no effort block */
 } ink_chat_opts;
 
 /* Parses an effort name or number into [0, 0.99]. INK_E_INVAL otherwise. NULL gives 0.9. */
@@ -101,7 +127,7 @@ int ink_chat_effort(const char *s, double *out, ink_err *err);
 /* Formats an effort like the template: "0", "0.2", "0.99". buf needs 8 bytes. */
 void ink_chat_effort_str(double v, char buf[8]);
 
-/* Checks that tok has the Inkling control tokens (ids 199999..200057 special). */
+/* Checks that tok has the Inkling control tokens (ink_chat_ids_get without the ids). */
 int ink_chat_check_tokenizer(const ink_tokenizer *tok, ink_err *err);
 
 /* Renders messages to ids appended to out (on error out->n is unchanged). opts may be NULL. */
@@ -118,9 +144,10 @@ int ink_chat_render_json(const ink_tokenizer *tok, json_t *messages, const ink_c
  * *out is malloc'd and NUL-terminated; caller free()s. sort: 1 sorts object keys recursively. */
 int ink_json_canonical(json_t *v, int sort, char **out, size_t *len, ink_err *err);
 
-/* Stop ids: 200006 (end of model turn), then the defensive 199999 and 200000. Static array. */
-size_t ink_chat_stop_ids(const int32_t **ids);
-int ink_chat_is_stop(int32_t id);
+/* Stop ids of c: <|content_model_end_sampling|> (end of model turn), then the defensive
+ * <|endoftext|> (when present) and <|message_user|>. *ids points into c. */
+size_t ink_chat_stop_ids(const ink_chat_ids *c, const int32_t **ids);
+int ink_chat_is_stop(const ink_chat_ids *c, int32_t id);
 
 /* ---- output parsing on ids ---------------------------------------------------------------------
  * Generated ids (after a prompt ending in <|message_model|>) form blocks: [NAME] KIND payload
@@ -153,7 +180,10 @@ typedef struct ink_chat_event {
 } ink_chat_event;
 
 typedef struct ink_chat_parser ink_chat_parser;
+/* Fails like ink_chat_ids_get when tok lacks the control tokens. */
 int ink_chat_parser_new(ink_chat_parser **out, const ink_tokenizer *tok, ink_err *err);
+/* The ids the parser resolved (borrowed, lives as long as p). */
+const ink_chat_ids *ink_chat_parser_ids(const ink_chat_parser *p);
 void ink_chat_parser_free(ink_chat_parser *p);
 /* Feeds one id; fills up to 4 events in ev (borrowed until the next call), *n_ev their number.
  * After a stop id further ids produce no events. */
