@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -61,6 +62,7 @@ typedef struct resp {
     const char *abort_on; /* abort the transfer once the body contains this */
     int aborted;
     double t_first;       /* when the first body byte came (monotonic) */
+    atomic_int pings;     /* SSE ": ping" comments received so far (readable while the transfer runs) */
 } resp;
 
 static size_t on_write(char *p, size_t sz, size_t nm, void *ud)
@@ -76,8 +78,10 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *ud)
         r->body = q, r->cap = cap;
     }
     memcpy(r->body + r->n, p, n);
+    size_t from = r->n > 6 ? r->n - 6 : 0; /* a match from here on ends in the new bytes */
     r->n += n;
     r->body[r->n] = 0;
+    for (const char *q = r->body + from; (q = strstr(q, ": ping\n")); q += 7) atomic_fetch_add(&r->pings, 1);
     if (r->abort_on && strstr(r->body, r->abort_on)) {
         r->aborted = 1;
         return 0;
@@ -934,7 +938,9 @@ static void test_queue_full_429_and_pings(void **state)
     json_decref(c);
     assert_true(metric(s.port, "inkling:requests_rejected_total") >= 1);
     assert_true(metric(s.port, "inkling:requests_processing") == 1); /* A is still held */
-    sleep_ms(300); /* B waits: pings every 20 ms (at least 2 in 300 ms; A cannot end meanwhile) */
+    /* B waits and gets pings every 20 ms (A cannot end meanwhile) */
+    for (int i = 0; i < 6000 && atomic_load(&b.r.pings) < 2; i++) sleep_ms(10);
+    assert_true(atomic_load(&b.r.pings) >= 2);
     assert_int_equal(srv_stop(&s), 0); /* shutdown cancels A and fails B cleanly */
     pthread_join(a.th, NULL);
     pthread_join(b.th, NULL);
