@@ -52,6 +52,28 @@ static void test_every_item_once(void **state)
     }
 }
 
+/* Back-to-back jobs whose chunk counts alternate (2, then 16): a worker still holding the word of a
+ * finished small job must not claim a chunk of the next, larger one before it is published (it ran
+ * that chunk twice and counted it twice: the caller then waited forever). */
+static void test_alternating_jobs(void **state)
+{
+    (void)state;
+    for (int nth = 2; nth <= 3; nth++) {
+        ink_pool *p = ink_pool_create(nth);
+        ink_pool_set_adaptive(p, 0);
+        atomic_int hits[64];
+        for (int rep = 0; rep < 100000; rep++) {
+            int n = rep % 2 ? 64 : 8;
+            for (int i = 0; i < n; i++) atomic_store(&hits[i], 0);
+            cover c = {hits, nth, 0, p};
+            ink_pool_for(p, n, 4, count_items, &c);
+            for (int i = 0; i < n; i++)
+                if (atomic_load(&hits[i]) != 1) fail_msg("rep %d: item %d ran %d times", rep, i, atomic_load(&hits[i]));
+        }
+        ink_pool_free(p);
+    }
+}
+
 static void slice_task(void *arg, int ith, int nth)
 {
     cover *c = arg;
@@ -158,7 +180,7 @@ static void test_default_threads(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_item_once),   cmocka_unit_test(test_run_slices),
+        cmocka_unit_test(test_every_item_once),   cmocka_unit_test(test_alternating_jobs), cmocka_unit_test(test_run_slices),
         cmocka_unit_test(test_nested_serial),     cmocka_unit_test(test_fallback_when_stalled),
         cmocka_unit_test(test_default_threads),
     };

@@ -3,7 +3,8 @@
  * One 64-bit atomic word holds (generation << 32 | next chunk). The caller publishes a job (function,
  * context, item count, grain, chunk count: relaxed atomics) and then the word with a new generation
  * and chunk 0; every thread claims chunks by compare-and-swap on that word, so a claim succeeds
- * only while the job it read is still the current one. `ndone` counts finished chunks; the caller
+ * only while the job it read is still the current one (before writing a job's fields the caller
+ * stores a word no claim can succeed on). `ndone` counts finished chunks; the caller
  * returns when it equals the chunk count. Late workers that wake after a job finished find its
  * chunks gone and go back to waiting.
  *
@@ -81,9 +82,9 @@ static void run_chunks(ink_pool *p, uint32_t g, int tid)
     for (;;) {
         uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
         if ((uint32_t)(s >> 32) != g) return;
-        int nch = atomic_load_explicit(&p->n_chunks, memory_order_relaxed);
-        int i = (int)(uint32_t)s;
-        if (i >= nch) return;
+        uint32_t nch = (uint32_t)atomic_load_explicit(&p->n_chunks, memory_order_relaxed);
+        uint32_t i = (uint32_t)s;
+        if (i >= nch) return; /* all claimed, or the caller's "being written" marker (index ~0) */
         ink_range_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
         void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
         int n = atomic_load_explicit(&p->n_items, memory_order_relaxed);
@@ -91,9 +92,9 @@ static void run_chunks(ink_pool *p, uint32_t g, int tid)
         /* the claim succeeds only if the word is unchanged, i.e. the fields above were this job's */
         if (!atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel, memory_order_acquire))
             continue;
-        int i0 = i * grain, i1 = i0 + grain < n ? i0 + grain : n;
+        int i0 = (int)i * grain, i1 = i0 + grain < n ? i0 + grain : n;
         fn(ctx, i0, i1, tid);
-        if (atomic_fetch_add(&p->ndone, 1) + 1 == nch && atomic_load(&p->waiting)) {
+        if ((uint32_t)atomic_fetch_add(&p->ndone, 1) + 1 == nch && atomic_load(&p->waiting)) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done);
             pthread_mutex_unlock(&p->mu);
@@ -234,13 +235,18 @@ void ink_pool_for(ink_pool *p, int n, int grain, ink_range_fn fn, void *ctx)
         in_task = 0;
         return;
     }
+    /* First a word no claim can match or succeed on (new generation, index ~0): a worker holding
+     * the old word (all chunks claimed) must not claim against it while the fields below change,
+     * or it would run a chunk of the new job early and count it twice. */
+    uint32_t g = (uint32_t)(atomic_load_explicit(&p->state, memory_order_relaxed) >> 32) + 1;
+    atomic_store(&p->state, (uint64_t)g << 32 | 0xffffffffu);
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&p->n_items, n, memory_order_relaxed);
     atomic_store_explicit(&p->grain, grain, memory_order_relaxed);
     atomic_store_explicit(&p->n_chunks, nch, memory_order_relaxed);
     atomic_store_explicit(&p->ndone, 0, memory_order_relaxed);
-    uint32_t g = (uint32_t)(atomic_load_explicit(&p->state, memory_order_relaxed) >> 32) + 1;
+    g++;
     atomic_store(&p->state, (uint64_t)g << 32); /* seq_cst: publishes the job; pairs with `sleepers` */
     if (atomic_load(&p->sleepers)) {
         pthread_mutex_lock(&p->mu);
