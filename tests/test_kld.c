@@ -150,35 +150,6 @@ static void test_nvfp4(void **state)
 
 /* ---- the bundled model, requantized (MLX affine, formats.md §4.4) ------------------------- */
 
-static void put_code(uint8_t *row, size_t j, int bits, unsigned v)
-{
-    for (int k = 0; k < bits; k++) {
-        size_t bit = j * (size_t)bits + (size_t)k;
-        if (v >> k & 1) row[bit / 8] |= (uint8_t)(1u << (bit % 8));
-    }
-}
-
-/* MLX's algorithm, as tests/support/ckpt.c: the edge of larger magnitude is exactly representable */
-static void mlx_quant_row(const float *w, int n, int bits, int gs, uint8_t *packed, uint16_t *sc, uint16_t *bi)
-{
-    float nmax = (float)((1 << bits) - 1);
-    for (int g = 0; g < n / gs; g++) {
-        const float *v = w + (size_t)g * gs;
-        float lo = v[0], hi = v[0];
-        for (int i = 1; i < gs; i++) lo = fminf(lo, v[i]), hi = fmaxf(hi, v[i]);
-        float sc_ = fmaxf((hi - lo) / nmax, 1e-7f), edge = lo, bias = 0.0f;
-        if (!(fabsf(lo) > fabsf(hi))) sc_ = -sc_, edge = hi;
-        float q0 = nearbyintf(edge / sc_);
-        if (q0 != 0.0f) sc_ = edge / q0, bias = edge;
-        sc[g] = ink_f32_to_bf16(sc_), bi[g] = ink_f32_to_bf16(bias);
-        for (int i = 0; i < gs; i++) {
-            float q = nearbyintf((v[i] - bias) / sc_);
-            q = q < 0 ? 0 : q > nmax ? nmax : q;
-            put_code(packed, (size_t)g * gs + (size_t)i, bits, (unsigned)q);
-        }
-    }
-}
-
 static char *slurp(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
@@ -259,7 +230,7 @@ static void requant(const char *src, const char *dst, int bits, int gs)
                 memcpy(&h, data + a + (r * (size_t)cols + (size_t)i) * 2, 2);
                 w[i] = ink_bf16_to_f32(h);
             }
-            mlx_quant_row(w, (int)cols, bits, gs, pk + r * rowb, sc + r * G, bi + r * G);
+            tiny_mlx_quant_row(w, (int)cols, bits, gs, pk + r * rowb, sc + r * G, bi + r * G, NULL);
         }
         char pfx[512], nm[600];
         size_t l = strlen(name);

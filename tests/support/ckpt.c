@@ -110,8 +110,9 @@ static void put_code(uint8_t *row, size_t j, int bits, unsigned v)
 }
 
 /* One row of n inputs, MLX's algorithm: per group, the edge of larger magnitude is exactly
- * representable; scales can be negative. deq gets scale * q + bias with the stored (BF16) values. */
-static void mlx_quant_row(const float *w, int n, int bits, int gs, uint8_t *packed, uint16_t *sc, uint16_t *bi,
+ * representable; scales can be negative. deq (may be NULL) gets scale * q + bias with the stored
+ * (BF16) values. */
+void tiny_mlx_quant_row(const float *w, int n, int bits, int gs, uint8_t *packed, uint16_t *sc, uint16_t *bi,
                           float *deq)
 {
     float nmax = (float)((1 << bits) - 1);
@@ -129,7 +130,7 @@ static void mlx_quant_row(const float *w, int n, int bits, int gs, uint8_t *pack
             float q = nearbyintf((v[i] - bias) / sc_);
             q = q < 0 ? 0 : q > nmax ? nmax : q;
             put_code(packed, (size_t)g * gs + (size_t)i, bits, (unsigned)q);
-            deq[(size_t)g * gs + i] = ss * q + sb;
+            if (deq) deq[(size_t)g * gs + i] = ss * q + sb;
         }
     }
 }
@@ -279,7 +280,7 @@ static void add_quant(tlist *L, const tiny_spec *s, const char *name, int ndim, 
         return;
     }
     for (int64_t r = 0; r < rows; r++)
-        mlx_quant_row(v + (size_t)r * n, n, bits, gs, packed + (size_t)r * rowb, sc + (size_t)r * G, bi + (size_t)r * G,
+        tiny_mlx_quant_row(v + (size_t)r * n, n, bits, gs, packed + (size_t)r * rowb, sc + (size_t)r * G, bi + (size_t)r * G,
                       deq + (size_t)r * n);
     free(v);
     if (s->qtwin) {

@@ -53,6 +53,10 @@ void tiny_default(tiny_spec *s);
 /* Writes config.json and the safetensors into `dir` (created if missing). 0 on success, -1 on
  * failure with a message on stderr. */
 int tiny_write(const char *dir, const tiny_spec *s);
+/* MLX affine quantization of one row of n weights in groups of gs (formats.md §4.4): packed codes,
+ * BF16 scales and biases; deq (NULL: not wanted) gets the dequantized values. */
+void tiny_mlx_quant_row(const float *w, int n, int bits, int gs, uint8_t *packed, uint16_t *sc, uint16_t *bi,
+                        float *deq);
 /* Writes a raw safetensors file from a JSON header text and `data_len` bytes of data (tests of
  * malformed files). 0 on success. */
 int tiny_write_raw(const char *path, const char *header, uint64_t header_len_field, const void *data, uint64_t data_len);
