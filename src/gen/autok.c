@@ -4,7 +4,7 @@
 #include <string.h>
 
 #define EXPLORE 16        /* every EXPLORE-th round tries a neighbour of the best width */
-#define LAMBDA_A 0.08     /* smoothing of the acceptance estimates (~12 observations) */
+#define LAMBDA_A 0.04     /* smoothing of the acceptance estimates (~25 observations) */
 #define LAMBDA_C 0.10     /* smoothing of the costs (~10 rounds) */
 #define PRIOR_A 0.5       /* acceptance assumed for a position never observed (and nothing before it) */
 #define CLIP 8.0          /* a round slower than CLIP x its estimate (a preemption) counts as CLIP x */
