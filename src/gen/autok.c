@@ -56,7 +56,7 @@ double ink_autok_cost(const ink_autok *c, int K)
 
 int ink_autok_best(const ink_autok *c)
 {
-    if (!c->cost_n[1]) return 1; /* the first round measures a plain step */
+    if (c->cost_n[1] < 2) return 1; /* the first rounds measure a plain step */
     int best = 1;
     double br = 0;
     for (int K = 1; K <= c->kmax; K++) {
@@ -81,6 +81,14 @@ int ink_autok_choose(ink_autok *c)
             continue;
         }
         if (c->round < c->next[dir]) continue;
+        /* a wider width that loses even if every draft were accepted: only acceptance could change
+         * that, and it cannot; its cost is re-measured only every EXPLORE_MAX rounds */
+        double ck = ink_autok_cost(c, k), cb = ink_autok_cost(c, best);
+        if (!dir && ck > 0 && cb > 0 && c->cost_n[k] >= 3 && k / ck < ink_autok_expected(c, best) / cb &&
+            c->gap[dir] < EXPLORE_MAX) {
+            c->gap[dir] = EXPLORE_MAX, c->next[dir] = c->round + EXPLORE_MAX;
+            continue;
+        }
         c->explore_k = k, c->explore_dir = dir;
         return k;
     }
@@ -90,8 +98,21 @@ int ink_autok_choose(ink_autok *c)
 void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double draft_seconds)
 {
     if (K < 1 || K > c->kmax || !(seconds >= 0)) return;
-    if (c->cost_n[K] >= 4 && seconds > CLIP * c->cost[K]) seconds = CLIP * c->cost[K];
-    smooth(&c->cost[K], &c->cost_n[K], seconds, LAMBDA_C);
+    int n = c->cost_n[K];
+    if (n < 3) { /* the median of the first samples */
+        double *f = c->first[K], lo, hi, m;
+        f[n] = seconds, c->cost_n[K] = ++n;
+        if (n == 1) m = f[0];
+        else if (n == 2) m = f[0] < f[1] ? f[0] : f[1]; /* of two, the faster: optimistic until the third */
+        else {
+            lo = f[0] < f[1] ? f[0] : f[1], hi = f[0] < f[1] ? f[1] : f[0];
+            m = f[2] < lo ? lo : f[2] > hi ? hi : f[2];
+        }
+        c->cost[K] = m;
+    } else {
+        if (seconds > CLIP * c->cost[K]) seconds = CLIP * c->cost[K];
+        smooth(&c->cost[K], &c->cost_n[K], seconds, LAMBDA_C);
+    }
     int explored = c->explore_k == K, dir = c->explore_dir;
     if (M > 0) {
         smooth(&c->draft_cost, &c->draft_n, draft_seconds / M, LAMBDA_C);

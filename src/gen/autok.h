@@ -8,6 +8,10 @@
  * argmax E(K) / c(K). a_j and c(K) are exponentially smoothed, so the choice follows the text (a
  * repetitive passage raises a_j, free text lowers it) and the machine (a busy core raises c).
  *
+ * Robustness. A width's first three rounds give its estimate as their median (one slow round, a cold
+ * cache or a preemption, cannot condemn a width that is then never tried again), and the first two
+ * rounds of a fresh controller are plain steps (c(1) is the yardstick).
+ *
  * Exploration. A width never measured is estimated optimistically: the cost of the nearest measured
  * width below plus the measured cost of a draft per extra row (the verify's extra rows are assumed
  * free), so a width that might win gets tried once and is then known. Now and then a round tries a
@@ -36,6 +40,7 @@ typedef struct ink_autok {
     int alpha_n[INK_MAX_DEPTH];
     double cost[INK_MAX_BLOCK + 1];        /* smoothed seconds per round of width K */
     int cost_n[INK_MAX_BLOCK + 1];
+    double first[INK_MAX_BLOCK + 1][3];    /* a width's first samples: its estimate is their median */
     double draft_cost;                     /* smoothed seconds per draft (draft phase / drafts) */
     int draft_n;
 } ink_autok;
