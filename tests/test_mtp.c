@@ -695,6 +695,62 @@ static void test_prefix_reuse_equals_fresh(void **state)
     ink_model_free(m);
 }
 
+/* The prompt cache (issue 18): a repeated prompt resumes from the checkpoint at P - 1, a prompt
+ * sharing a prefix from the latest checkpoint at or below the common prefix (here 256), one that
+ * differs early from scratch; the outputs and the final session state (conv states, every
+ * attendable KV row) equal a fresh session's, bitwise; without drafter, and with auto K in both
+ * modes (drafter depths restart after a resume). */
+static void test_prompt_cache_resumes_exactly(void **state)
+{
+    (void)state;
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.mtp_depth = 2, sp.n_mtp_local = 1, sp.mtp_file = 1; /* 5 of 6 layers sliding, window 8 */
+    char dir[256];
+    ink_model *m = random_target(&sp, dir, sizeof dir);
+    assert_non_null(m);
+    ink_drafter *d = open_drafter(m, dir);
+    assert_non_null(d);
+    ink_err e = {0};
+    ink_session *s, *f;
+    assert_int_equal(ink_session_create(&s, m, 1024, &e), 0);
+    assert_int_equal(ink_session_create(&f, m, 1024, &e), 0);
+    assert_true(ink_session_checkpoint_bytes(s) > 0);
+    int32_t p1[300], p2[290], p3[300], a[40], b[40];
+    prompt(p1, 300, 120, 5);
+    memcpy(p2, p1, 270 * sizeof *p2);
+    prompt(p2 + 270, 20, 120, 6);
+    memcpy(p3, p1, sizeof p3);
+    p3[5] = (p3[5] + 1) % 120;
+    char why[128];
+    for (int variant = 0; variant < 4; variant++) {
+        ink_drafter *dd = variant == 0 || variant == 3 ? NULL : d;
+        int mode = variant == 2 ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
+        assert_int_equal(ink_session_set_checkpoints(s, variant == 3 ? 0 : 4, &e), 0);
+        ink_session_reset(s);
+        ink_gen_stats st;
+        reuse_flag = 1;
+        int n1 = gen(s, p1, 300, dd, 0, mode, 1, 0, 0, 40, 0, -1, a, &st);
+        assert_int_equal(st.reused_tokens, 0);
+        struct { const int32_t *p; int P, want; } cases[] = {{p1, 300, 299}, {p2, 290, 256}, {p3, 300, 0}, {p1, 300, 0}};
+        for (int c = 0; c < 4; c++) {
+            reuse_flag = 1;
+            int na = gen(s, cases[c].p, cases[c].P, dd, 0, mode, 1, 0, 0, 40, 0, -1, a, &st);
+            assert_int_equal(st.reused_tokens, variant == 3 ? 0 : cases[c].want);
+            reuse_flag = 0;
+            int nb = gen(f, cases[c].p, cases[c].P, dd, 0, mode, 1, 0, 0, 40, 0, -1, b, NULL);
+            assert_int_equal(na, nb);
+            assert_int_equal(na, n1);
+            assert_memory_equal(a, b, (size_t)na * 4);
+            assert_int_equal(ink_session_compare(s, f, why, sizeof why), 0);
+        }
+    }
+    reuse_flag = 0;
+    ink_session_free(s), ink_session_free(f);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
 /* ---- draft vocabulary ------------------------------------------------------------------- */
 
 static const unsigned char *dv_allowed;
@@ -870,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_speculative_sampling_matches_plain),
         cmocka_unit_test(test_sampling_lossless_after_dormancy),
         cmocka_unit_test(test_prefix_reuse_equals_fresh),
+        cmocka_unit_test(test_prompt_cache_resumes_exactly),
         cmocka_unit_test(test_long_prompt_drafts_equal_direct),
         cmocka_unit_test(test_draft_vocab_keeps_greedy_output),
         cmocka_unit_test(test_draft_vocab_sampling_is_lossless),

@@ -647,6 +647,34 @@ static void test_prefix_reuse(void **state)
     json_decref(req), json_decref(p2), json_decref(a), json_decref(b), json_decref(c);
 }
 
+/* The prompt cache (issue 18): the same chat request twice reuses all of the prompt but its last
+ * token (the checkpoint at P - 1: the rest of the history, its output, is not part of the prompt)
+ * and answers the same; so does a completion request that repeats one. */
+static void test_prompt_cache_repeat(void **state)
+{
+    (void)state;
+    const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\","
+                       "\"content\":\"Tell me about the sea and the land\"}],\"max_tokens\":12,\"temperature\":0}";
+    long st;
+    json_t *a = post(g_main.port, "/v1/chat/completions", body, &st);
+    assert_int_equal(st, 200);
+    json_t *b = post(g_main.port, "/v1/chat/completions", body, &st);
+    assert_int_equal(st, 200);
+    json_t *ua = json_object_get(a, "usage"), *ub = json_object_get(b, "usage");
+    long long P = json_integer_value(json_object_get(ub, "prompt_tokens"));
+    assert_true(P > 8);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(ub, "prompt_tokens_details"), "cached_tokens")), P - 1);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(b, "timings"), "prompt_n")), 1);
+    const char *ca = json_string_value(json_object_get(json_object_get(json_array_get(json_object_get(a, "choices"), 0), "message"), "content"));
+    const char *cb = json_string_value(json_object_get(json_object_get(json_array_get(json_object_get(b, "choices"), 0), "message"), "content"));
+    assert_non_null(ca);
+    assert_non_null(cb);
+    assert_string_equal(ca, cb);
+    (void)ua;
+    assert_true(metric(g_main.port, "inkling:prompt_cache_hits_total") >= 1);
+    json_decref(a), json_decref(b);
+}
+
 static void expect_error(int port, const char *path, const char *body, long want, const char *needle)
 {
     long st;
@@ -1488,6 +1516,7 @@ int main(void)
         cmocka_unit_test(test_greedy_spec_equals_plain),
         cmocka_unit_test(test_completions_text_stop_and_ids),
         cmocka_unit_test(test_prefix_reuse),
+        cmocka_unit_test(test_prompt_cache_repeat),
         cmocka_unit_test(test_errors_400),
         cmocka_unit_test(test_garbage_does_not_crash),
         cmocka_unit_test(test_tokenize_detokenize),

@@ -682,6 +682,13 @@ int cmd_chat(int argc, char **argv)
         return 1;
     }
     r.o.reuse_prefix = 1;
+    /* the prompt cache: a turn that does not extend the history (after /reset, or an edited one)
+     * still resumes from the longest common prefix */
+    if (ink_session_set_checkpoints(r.s, -1, &r.e)) {
+        int frc = cli_fail(&r.e);
+        run_free(&r);
+        return frc;
+    }
     ink_chat_ids cid;
     ink_chat_ids_get(r.tok, &cid, NULL);
     ink_tokens hist = {0};

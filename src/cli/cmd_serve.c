@@ -36,6 +36,7 @@ static void usage(FILE *f)
             "usage: inkling serve [-m DIR|OWNER/NAME] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--alias NAME]\n"
             "         [-c N] [-t/--threads N] [--activations auto|f32|int8] [--draft-kind auto|none|mtp] [--draft-model DIR]\n"
             "         [--draft-block-size auto|K] [--draft-max K] [--draft-vocab N] [--rollback commit|replay]\n"
+            "         [--cache-checkpoints N]\n"
             "         [--mtp-mode per-depth|compat] [--spec-default on|off] [-n N] [--temp T] [--top-k K]\n"
             "         [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--frequency-penalty F]\n"
             "         [--presence-penalty P] [--repeat-last-n N] [--reasoning-effort E] [--queue-size N]\n"
@@ -86,7 +87,7 @@ int cmd_serve(int argc, char **argv)
     const char *draft_kind = "auto", *mtp_mode = "per-depth", *hold = NULL;
     int act = INK_ACT_AUTO;
     int set_kind = 0, set_block = 0, set_dvocab = 0;
-    long block_max = 0;
+    long block_max = 0, ckpts = -1;
     long port = 8080, threads = 0, n_ctx = 0, block = 0, dvocab = 0, replay = 0, queue = 8, max_conn = 64, timeout = 120, n_predict = -1;
     long top_k = 40, seed = 0, last_n = 64, body_limit = 8L << 20;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, freq = 0.0, pres = 0.0, ping = 15;
@@ -139,6 +140,7 @@ int cmd_serve(int argc, char **argv)
             set_block = 1;
         } else if (!strcmp(a, "--draft-max")) INT(1, INK_MAX_BLOCK, block_max);
         else if (!strcmp(a, "--draft-vocab")) { INT(0, 1L << 30, dvocab); set_dvocab = 1; }
+        else if (!strcmp(a, "--cache-checkpoints")) INT(0, 64, ckpts);
         else if (!strcmp(a, "--rollback")) {
             VAL();
             if (strcmp(v, "commit") && strcmp(v, "replay")) {
@@ -261,6 +263,7 @@ int cmd_serve(int argc, char **argv)
     o.draft = !strcmp(draft_kind, "none") ? 0 : !strcmp(draft_kind, "mtp") || draft_model ? 1 : 2;
     o.draft_opts_set = set_block || block_max > 0 || set_dvocab;
     o.block_max = (int)block_max;
+    o.cache_checkpoints = (int)ckpts;
     o.draft_dir = draft_model, o.spec_default = spec_default;
     o.draft_vocab = (int)dvocab, o.rollback_replay = (int)replay;
     o.block_size = (int)block, o.mtp_mode = !strcmp(mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;

@@ -82,6 +82,7 @@ struct ink_gen {
     /* auto: depths 0..n_live-1 keep their history; the others are dormant (not maintained) until a
      * round drafts with them, when they restart from the last WAKE rows (see wake()) */
     int n_live, rounds_run, last_used[INK_MAX_DEPTH];
+    int hist_lo;                  /* first position whose target hidden row this run has (prompt cache) */
     ink_autok ak;
     const ink_drafter *ak_drafter;
     int ak_mode, ak_kmax;
@@ -93,6 +94,7 @@ typedef struct ink_gen gen;
 #define LAG 48   /* auto K: depths a round does not draft with catch up once they lag this many rows */
 #define WAKE 64  /* auto K: rows of history a dormant depth restarts from (<= CH) */
 #define LIVE 16  /* auto K: a depth not drafted with for this many rounds goes dormant */
+#define CKPT_EVERY 256 /* prompt cache: prefill checkpoints at multiples of this (and at P - 1) */
 
 static float *hrow(const gen *g, int p) { return g->hist + (size_t)(p % RING) * g->H; }
 static float *orow(const gen *g, int m, int p) { return g->outr + ((size_t)m * RING + p % RING) * g->H; }
@@ -184,7 +186,7 @@ static int lag(const gen *g, int n)
  * proposed, never what is emitted (the target decides; sampling stays lossless). */
 static void wake(gen *g, int m, int n)
 {
-    int p0 = n - WAKE > 0 ? n - WAKE : 0;
+    int p0 = n - WAKE > g->hist_lo ? n - WAKE : g->hist_lo;
     ink_depth_start_at(g->d, m, p0);
     g->F[m] = p0;
     g->n_live = m + 1;
@@ -438,9 +440,14 @@ static void want_hidden(const gen *g, ink_eval_out *eo)
  * the prompt), one forward otherwise. Leaves the last row's logits in g->logits. */
 static int prefill(gen *g, const int32_t *prompt, int c0, int P, ink_err *err)
 {
-    int rc;
+    int rc, ckpt = g->o->reuse_prefix; /* prompt cache: checkpoints at CKPT_EVERY multiples and at P - 1 */
     for (int t = c0; t < P;) {
         int T = g->track ? (P - t < CH ? P - t : CH) : P - t;
+        if (ckpt) {
+            int next = (t / CKPT_EVERY + 1) * CKPT_EVERY;
+            if (next > P - 1) next = P - 1;
+            if (next > t && t + T > next) T = next - t;
+        }
         ink_eval_out eo = {.logits = g->logits};
         want_hidden(g, &eo);
         if ((rc = ink_session_eval(g->s, prompt + t, T, &eo, err))) return rc;
@@ -449,8 +456,23 @@ static int prefill(gen *g, const int32_t *prompt, int c0, int P, ink_err *err)
             catch_up(g, t + T - 1, P - 1); /* rows whose tokens are prompt tokens */
         }
         t += T;
+        if (ckpt && (t == P - 1 || t % CKPT_EVERY == 0)) ink_session_checkpoint(g->s);
     }
     return INK_OK;
+}
+
+/* Prompt cache (auto K or no drafter): the longest common prefix of the prompt with what the session
+ * consumed, from its latest checkpoint at or below it (at most P - 1: the last prompt token is fed
+ * for its logits). The target's state is restored exactly; drafter depths go dormant and restart
+ * when drafted with (their history is not checkpointed). Returns the position resumed from (0: the
+ * session was reset). */
+static int resume_prefix(gen *g, const int32_t *prompt, int P)
+{
+    const int32_t *toks = ink_session_tokens(g->s);
+    int pos = ink_session_pos(g->s), L = 0, lim = pos < P ? pos : P;
+    while (L < lim && toks[L] == prompt[L]) L++;
+    if (L > P - 1) L = P - 1;
+    return ink_session_rewind(g->s, L);
 }
 
 /* ---- one round ----------------------------------------------------------------------------- */
@@ -649,7 +671,10 @@ int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *
     if (g->d && (rc = ink_drafter_prepare(g->d, g->n_ctx, err))) goto fail;
     int c0 = cont ? ink_session_pos(g->s) : 0;
     if (!cont) {
-        ink_session_reset(g->s);
+        /* a fixed K drafts from full depth histories, which are not checkpointed: no prompt cache then */
+        if (o->reuse_prefix && (!g->d || g->autok)) c0 = resume_prefix(g, prompt, P);
+        else ink_session_reset(g->s);
+        g->hist_lo = c0;
         if (g->d) ink_drafter_reset(g->d);
         memset(g->F, 0, sizeof g->F);
         /* fixed K keeps every depth it may draft with from the first row on; auto wakes them when used */
