@@ -172,6 +172,20 @@ typedef struct ink_eval_out {
  * chunks internally; results do not depend on the chunking beyond float summation order. */
 int ink_session_eval(ink_session *s, const int32_t *tokens, int T, ink_eval_out *out, ink_err *err);
 
+/* Batched evaluation (issue 18): one forward over the rows of several sessions of one model, so a
+ * step reads the weights once for all of them (continuous batching; MTP verify rows of several
+ * sequences). ink_batch_create sizes scratch for up to max_rows rows in all and contexts up to
+ * n_ctx (caller frees with ink_batch_free). ink_batch_eval feeds tokens[i][0..n_tokens[i]) to
+ * sessions[i] at its position (1 <= n_tokens[i] <= ink_session_rollback_slack), outputs as
+ * ink_session_eval into outs[i] (outs may be NULL). Sessions must be distinct and of the batch's
+ * model. Every input is validated before any state changes. Each session's outputs and state are
+ * bitwise those of ink_session_eval on it alone, whatever the batch mix (tested). Never allocates. */
+typedef struct ink_batch ink_batch;
+int ink_batch_create(ink_batch **out, ink_model *m, int max_rows, int n_ctx, ink_err *err);
+void ink_batch_free(ink_batch *b);
+int ink_batch_eval(ink_batch *b, ink_session *const *sessions, const int32_t *const *tokens, const int *n_tokens,
+                   const ink_eval_out *outs, int n, ink_err *err);
+
 /* Snapshots. A snapshot holds the session position and every conv state; KV rows are not copied:
  * they stay valid because positions below the snapshot are never overwritten while at most
  * ink_session_rollback_slack() tokens have been fed since the save. Save and restore never
