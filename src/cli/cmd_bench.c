@@ -5,6 +5,7 @@
  * active one only), so the sets compare in one run.
  * Every figure is a median over repetitions; ratios (fraction of roofline, c(K)) are what to compare
  * across runs, absolute numbers drift with the neighbours of a shared machine. */
+#include "base/clock.h"
 #include "cli/args.h"
 #include "cli/cli.h"
 
@@ -23,13 +24,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int dcmp(const void *a, const void *b)
 {
@@ -126,9 +120,9 @@ static double time_pass(ink_pool *p, const mset *s, int nm, const float *x, floa
     double t[16];
     if (reps > 16) reps = 16;
     for (int r = -1; r < reps; r++) {
-        double t0 = now();
+        double t0 = ink_now_s();
         for (int i = 0; i < nm; i++) ink_matmul(p, &s->m[i], x, NK, M, y, NK);
-        if (r >= 0) t[r] = now() - t0;
+        if (r >= 0) t[r] = ink_now_s() - t0;
     }
     return median(t, reps);
 }
@@ -225,9 +219,9 @@ static json_t *bench_model(const char *dir, int threads, double bw, double peak,
     double tp[16];
     for (int r = 0; r < reps; r++) {
         ink_session_reset(s);
-        double t0 = now();
+        double t0 = ink_now_s();
         ink_session_eval(s, ids, 128, &(ink_eval_out){.logits = lg}, &e);
-        tp[r] = now() - t0;
+        tp[r] = ink_now_s() - t0;
     }
     double prefill = 128.0 / median(tp, reps);
     /* decode and the verify curve after a 16-token prefix, interleaved over K */
@@ -238,9 +232,9 @@ static json_t *bench_model(const char *dir, int threads, double bw, double peak,
     for (int r = -1; r < reps; r++)
         for (int K = 1; K <= Kmax; K++) {
             ink_session_restore(s, snap, &e);
-            double t0 = now();
+            double t0 = ink_now_s();
             ink_session_eval(s, ids + 16, K, &(ink_eval_out){.logits = lg, .all_logits = 1}, &e);
-            if (r >= 0) tk[K][r] = now() - t0;
+            if (r >= 0) tk[K][r] = ink_now_s() - t0;
         }
     double t1 = 0, cK[11];
     for (int K = 1; K <= Kmax; K++) {
@@ -252,9 +246,9 @@ static json_t *bench_model(const char *dir, int threads, double bw, double peak,
     double td[64];
     int nd = quick ? 16 : 32;
     for (int i = 0; i < nd; i++) {
-        double t0 = now();
+        double t0 = ink_now_s();
         ink_session_eval(s, ids + 16 + i, 1, &(ink_eval_out){.logits = lg}, &e);
-        td[i] = now() - t0;
+        td[i] = ink_now_s() - t0;
     }
     double decode = 1.0 / median(td, nd);
     /* roofline prediction: shared bytes + U(K) distinct experts per MoE layer (independent routing) */
@@ -479,19 +473,19 @@ int cmd_bench(int argc, char **argv)
                 if (st) st(tcounts[ti]);
                 double v[9], g[3];
                 for (int r = 0; r < reps; r++) {
-                    double t0 = now();
+                    double t0 = ink_now_s();
                     for (int i = 0; i < ms.n; i++)
                         gemv(101, 111, NK, NK, 1.0f, ms.m[i].data, NK, x, 1, 0.0f, y, 1); /* row-major, no trans */
-                    v[r] = now() - t0;
+                    v[r] = ink_now_s() - t0;
                 }
                 double tv = median(v, reps);
                 int Ms[3] = {1, 16, 128};
                 for (int mi = 0; mi < 3; mi++) {
                     double w[3];
                     for (int r = 0; r < 3; r++) {
-                        double t0 = now();
+                        double t0 = ink_now_s();
                         gemm(101, 111, 112, Ms[mi], NK, NK, 1.0f, x, NK, ms.m[0].data, NK, 0.0f, y, NK);
-                        w[r] = now() - t0;
+                        w[r] = ink_now_s() - t0;
                     }
                     g[mi] = 2.0 * Ms[mi] * NK * (double)NK / median(w, 3) / 1e9;
                 }

@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK 64
-
 typedef struct ink_depth {
     ink_layer_cfg cfg;
     float *embed_norm, *hidden_norm; /* [H] */
@@ -159,18 +157,18 @@ int ink_drafter_prepare(ink_drafter *d, int n_ctx, ink_err *err)
     int H = d->dm->cfg.hidden, rc;
     for (int m = 0; m < d->D; m++) {
         ink_depth *p = &d->d[m];
-        if ((rc = ink_layer_cache_init(&p->cache, d->dm, &p->cfg, ink_layer_kv_cap(&p->cfg, n_ctx, CHUNK), err)))
+        if ((rc = ink_layer_cache_init(&p->cache, d->dm, &p->cfg, ink_layer_kv_cap(&p->cfg, n_ctx, INK_CHUNK), err)))
             return rc;
         if (!(p->conv_save = malloc(ink_layer_cache_conv_floats(&p->cache) * sizeof(float) + 1)))
             return ink_err_set(err, INK_E_NOMEM, "out of memory");
         int S = d->dm->cfg.conv_k - 1; /* capture buffers: one chunk of raw conv inputs (ink_depth_commit) */
         for (int i = 0; i < 4; i++)
-            if (!(p->cache.capt[i] = malloc((size_t)CHUNK * (S ? p->cache.conv_n[i] / S : 1) * sizeof(float) + 1)))
+            if (!(p->cache.capt[i] = malloc((size_t)INK_CHUNK * (S ? p->cache.conv_n[i] / S : 1) * sizeof(float) + 1)))
                 return ink_err_set(err, INK_E_NOMEM, "out of memory");
     }
-    if ((rc = ink_scratch_init(&d->sc, d->dm, CHUNK, n_ctx, err))) return rc;
-    d->in2 = malloc((size_t)CHUNK * 2 * H * sizeof(float));
-    d->tmp = malloc((size_t)CHUNK * H * sizeof(float));
+    if ((rc = ink_scratch_init(&d->sc, d->dm, INK_CHUNK, n_ctx, err))) return rc;
+    d->in2 = malloc((size_t)INK_CHUNK * 2 * H * sizeof(float));
+    d->tmp = malloc((size_t)INK_CHUNK * H * sizeof(float));
     if (!d->in2 || !d->tmp) return ink_err_set(err, INK_E_NOMEM, "out of memory");
     d->n_ctx = n_ctx;
     return INK_OK;
@@ -188,8 +186,8 @@ void ink_depth_forward(ink_drafter *d, int m, const float *h, const int32_t *tok
     ink_depth *p = &d->d[m];
     int H = d->dm->cfg.hidden;
     float eps = d->dm->cfg.eps;
-    for (int t0 = 0; t0 < T; t0 += CHUNK) {
-        int n = T - t0 < CHUNK ? T - t0 : CHUNK;
+    for (int t0 = 0; t0 < T; t0 += INK_CHUNK) {
+        int n = T - t0 < INK_CHUNK ? T - t0 : INK_CHUNK;
         for (int t = 0; t < n; t++) {
             float *hid = d->in2 + (size_t)t * 2 * H, *emb = hid + H;
             ink_rmsnorm(hid, h + (size_t)(t0 + t) * H, p->hidden_norm, H, eps);

@@ -2,6 +2,7 @@
  * format helpers, and the norm / conv kernels (see kernels.h for the exactness contract). */
 #include "kernels/kern_impl.h"
 
+#include "base/clock.h"
 #include "load/safetensors.h"
 
 #include <math.h>
@@ -445,13 +446,6 @@ double ink_avx2_read(const void *buf, size_t bytes) { (void)buf; (void)bytes; re
 double ink_avx2_fma(long iters) { (void)iters; return 0.0; }
 #endif
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double scalar_read(const void *buf, size_t bytes)
 {
     const uint64_t *p = buf;
@@ -492,9 +486,9 @@ double ink_probe_read(ink_pool *p, const void *buf, size_t bytes, int reps)
     double best_bw = 0.0;
     ink_pool_run(p, read_task, &c); /* warm-up: fault the pages in */
     for (int r = 0; r < reps; r++) {
-        double t = now_s();
+        double t = ink_now_s();
         ink_pool_run(p, read_task, &c);
-        double dt = now_s() - t;
+        double dt = ink_now_s() - t;
         size_t per = bytes / (size_t)ink_pool_size(p) / 4096 * 4096;
         double bw = (double)per * ink_pool_size(p) / dt / 1e9;
         if (bw > best_bw) best_bw = bw;
@@ -518,14 +512,14 @@ static void fma_task(void *arg, int ith, int nth)
 double ink_probe_fma(ink_pool *p, double seconds)
 {
     probe_ctx c = {.iters = 1000000, .avx2 = simd_probes()};
-    double t = now_s();
+    double t = ink_now_s();
     ink_pool_run(p, fma_task, &c);
-    double dt = now_s() - t;
+    double dt = ink_now_s() - t;
     c.iters = (long)((double)c.iters * seconds / (dt > 1e-6 ? dt : 1e-6));
     if (c.iters < 1000) c.iters = 1000;
-    t = now_s();
+    t = ink_now_s();
     ink_pool_run(p, fma_task, &c);
-    dt = now_s() - t;
+    dt = ink_now_s() - t;
     return (double)c.iters * 10 * 8 * 2 * ink_pool_size(p) / dt / 1e9;
 }
 

@@ -17,6 +17,12 @@
 #include "load/tdir.h"
 #include "model/config.h"
 
+/* Rows per internal forward, for the target session and the MTP drafter alike: the prefill chunk,
+ * the verify width limit and the rollback slack of every KV ring (ink_layer_kv_cap), the row count
+ * every ink_scratch and capture buffer is sized for. The generator (src/gen) advances its prefill
+ * and drafter pipeline in steps of the same size, so each step is one forward. */
+#define INK_CHUNK 64
+
 typedef struct ink_attn_w {
     ink_mat wq, wk, wv, wr, wo;  /* [n_h*d,H] [n_kv*d,H] [n_kv*d,H] [n_h*d_rel,H] [H,n_h*d] */
     float *q_norm, *k_norm;      /* [d] */
