@@ -83,16 +83,23 @@ static int resolve_host(const char *host, char *out, size_t n)
 int cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *draft_model = NULL, *effort = NULL;
-    const char *draft_kind = "auto", *mtp_mode = "per-depth", *hold = NULL;
+    const char *mtp_mode = "per-depth", *hold = NULL;
     int act = INK_ACT_AUTO;
-    int set_kind = 0, set_block = 0, set_dvocab = 0;
     long block_max = 0;
-    long port = 8080, threads = 0, n_ctx = 0, block = 0, dvocab = 0, replay = 0, queue = 8, max_conn = 64, timeout = 120, n_predict = -1;
-    long top_k = 40, seed = 0, last_n = 64, body_limit = 8L << 20;
-    double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, freq = 0.0, pres = 0.0, ping = 15;
-    int seed_set = 0, quiet = 0, spec_default = 1, set = 0, check = 0;
+    long port = 8080, threads = 0, n_ctx = 0, replay = 0, queue = 8, max_conn = 64, timeout = 120, n_predict = -1;
+    long body_limit = 8L << 20;
+    double ping = 15;
+    int quiet = 0, spec_default = 1, check = 0;
+    cli_sampling smp;
+    cli_sampling_init(&smp);
+    cli_engine en = {.draft_kind = "auto"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int sf = cli_sampling_flag(argc, argv, &i, &smp);
+        if (sf) {
+            if (sf < 0) return 2;
+            continue;
+        }
 #define VAL() if (!(v = arg_value(argc, argv, &i))) return 2
 #define INT(lo, hi, dst) do { VAL(); if (arg_int(a, v, lo, hi, &dst)) return 2; } while (0)
 #define FLT(lo, hi, dst) do { VAL(); if (arg_float(a, v, lo, hi, &dst)) return 2; } while (0)
@@ -127,18 +134,18 @@ int cmd_serve(int argc, char **argv)
                 fprintf(stderr, "inkling serve: %s must be auto, none or mtp, found '%s'\n", a, v);
                 return 2;
             }
-            draft_kind = v, set_kind = 1;
-        } else if (!strcmp(a, "--mtp")) draft_kind = "mtp", set_kind = 1;
+            en.draft_kind = v, en.set_kind = 1;
+        } else if (!strcmp(a, "--mtp")) en.draft_kind = "mtp", en.set_kind = 1;
         else if (!strcmp(a, "--draft-model")) {
             VAL();
             draft_model = v;
         } else if (!strcmp(a, "--draft-block-size")) {
             VAL();
-            if (!strcmp(v, "auto")) block = 0;
-            else if (arg_int(a, v, 1, INK_MAX_BLOCK, &block)) return 2;
-            set_block = 1;
+            if (!strcmp(v, "auto")) en.block = 0;
+            else if (arg_int(a, v, 1, INK_MAX_BLOCK, &en.block)) return 2;
+            en.set_block = 1;
         } else if (!strcmp(a, "--draft-max")) INT(1, INK_MAX_BLOCK, block_max);
-        else if (!strcmp(a, "--draft-vocab")) { INT(0, 1L << 30, dvocab); set_dvocab = 1; }
+        else if (!strcmp(a, "--draft-vocab")) { INT(0, 1L << 30, en.dvocab); en.set_dvocab = 1; }
         else if (!strcmp(a, "--rollback")) {
             VAL();
             if (strcmp(v, "commit") && strcmp(v, "replay")) {
@@ -162,18 +169,7 @@ int cmd_serve(int argc, char **argv)
             }
             spec_default = !strcmp(v, "on");
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens")) INT(-1, 1L << 30, n_predict);
-        else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) { FLT(0, 100, temp); set |= 1; }
-        else if (!strcmp(a, "--top-k")) { INT(0, 1L << 30, top_k); set |= 2; }
-        else if (!strcmp(a, "--top-p")) { FLT(0, 1, top_p); set |= 4; }
-        else if (!strcmp(a, "--min-p")) { FLT(0, 1, min_p); set |= 8; }
-        else if (!strcmp(a, "--repeat-penalty")) { FLT(0, 10, rep); set |= 16; }
-        else if (!strcmp(a, "--frequency-penalty")) FLT(-10, 10, freq);
-        else if (!strcmp(a, "--presence-penalty")) FLT(-10, 10, pres);
-        else if (!strcmp(a, "--repeat-last-n")) INT(-1, 1L << 30, last_n);
-        else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
-            INT(0, 0x7fffffffL, seed);
-            seed_set = 1;
-        } else if (!strcmp(a, "--reasoning-effort")) {
+        else if (!strcmp(a, "--reasoning-effort")) {
             VAL();
             effort = v;
         } else if (!strcmp(a, "--queue-size")) INT(0, 1 << 20, queue);
@@ -234,22 +230,17 @@ int cmd_serve(int argc, char **argv)
         snprintf(dir, sizeof dir, "%s", d);
     }
     if (arg_model_dir("-m", dir)) return 1;
-    if (cfg_generation(dir, set, &temp, &top_k, &top_p, &min_p, &rep)) return 1;
-    if (cfg_inkling(dir, &draft_kind, set_kind, &block, set_block, &dvocab, set_dvocab)) return 1;
-    if (!strcmp(draft_kind, "none") && (set_block || block_max)) {
+    if (cli_model_defaults(dir, draft_model, &smp, 1, &en)) return 1;
+    if (!strcmp(en.draft_kind, "none") && (en.set_block || block_max)) {
         fprintf(stderr, "inkling serve: %s needs a drafter (not with --draft-kind none)\n",
-                set_block ? "--draft-block-size" : "--draft-max");
+                en.set_block ? "--draft-block-size" : "--draft-max");
         return 2;
     }
-    /* a draft vocabulary named by inkling.json applies only where the drafter directory has the ranking */
-    char dvp[4200];
-    snprintf(dvp, sizeof dvp, "%s/draft_vocab.json", draft_model ? draft_model : dir);
-    if (dvocab > 0 && !set_dvocab && access(dvp, F_OK) != 0) dvocab = 0;
     /* names resolve here (the server binds numeric addresses): localhost, a host name */
     char hostbuf[INET6_ADDRSTRLEN];
     if (resolve_host(host, hostbuf, sizeof hostbuf)) return 1;
     host = hostbuf;
-    if (!strcmp(draft_kind, "none") && draft_model) {
+    if (!strcmp(en.draft_kind, "none") && draft_model) {
         fprintf(stderr, "inkling serve: --draft-model needs --draft-kind mtp\n");
         return 2;
     }
@@ -258,19 +249,17 @@ int cmd_serve(int argc, char **argv)
     o.host = host, o.port = (int)port, o.api_key = api_key, o.model_dir = dir;
     o.model_id = alias ? alias : model;
     /* auto: the model's own head where it has one (a named --draft-model must have one) */
-    o.draft = !strcmp(draft_kind, "none") ? 0 : !strcmp(draft_kind, "mtp") || draft_model ? 1 : 2;
-    o.draft_opts_set = set_block || block_max > 0 || set_dvocab;
+    o.draft = !strcmp(en.draft_kind, "none") ? 0 : !strcmp(en.draft_kind, "mtp") || draft_model ? 1 : 2;
+    o.draft_opts_set = en.set_block || block_max > 0 || en.set_dvocab;
     o.block_max = (int)block_max;
     o.draft_dir = draft_model, o.spec_default = spec_default;
-    o.draft_vocab = (int)dvocab, o.rollback_replay = (int)replay;
-    o.block_size = (int)block, o.mtp_mode = !strcmp(mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
+    o.draft_vocab = (int)en.dvocab, o.rollback_replay = (int)replay;
+    o.block_size = (int)en.block, o.mtp_mode = !strcmp(mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
     o.activations = act;
     o.n_threads = (int)threads, o.n_ctx = (int)n_ctx, o.queue_max = (int)queue, o.body_max = (size_t)body_limit;
     o.ping_s = ping, o.max_conn = (int)max_conn, o.timeout_s = (int)timeout, o.default_max_tokens = (int)n_predict;
-    o.sampling = (ink_sampling){.temp = (float)temp, .top_k = (int)top_k, .top_p = (float)top_p, .min_p = (float)min_p,
-                                .seed = (uint64_t)seed, .repeat_penalty = (float)rep, .frequency_penalty = (float)freq,
-                                .presence_penalty = (float)pres, .penalty_last_n = (int)last_n};
-    o.seed_fixed = seed_set, o.effort = effort, o.debug_hold = hold;
+    o.sampling = cli_sampling_value(&smp);
+    o.seed_fixed = smp.seed_set, o.effort = effort, o.debug_hold = hold;
     o.check_tensors = check;
     o.log = quiet ? NULL : stderr;
 
