@@ -134,6 +134,90 @@ typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int
                          int);
 typedef void (*setthr_fn)(int);
 
+/* ---- machine probes ------------------------------------------------------------------------ */
+
+/* Portable probe loops, for sets without their own (ink_kernels.probe_read / probe_fma). */
+static double scalar_read(const void *buf, size_t bytes)
+{
+    const uint64_t *p = buf;
+    size_t n = bytes / 8 / 8;
+    uint64_t a[8] = {0};
+    for (size_t i = 0; i < n; i++)
+        for (int s = 0; s < 8; s++) a[s] += p[(size_t)s * n + i];
+    return (double)(a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7]);
+}
+
+static double scalar_fma(long iters)
+{
+    float a[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    for (long i = 0; i < iters * 10; i++)
+        for (int j = 0; j < 8; j++) a[j] = a[j] * 0.9999999f + 1e-7f;
+    return a[0];
+}
+
+typedef struct probe_ctx {
+    const uint8_t *buf;
+    size_t bytes;
+    long iters;
+    double (*read)(const void *buf, size_t bytes);
+    double (*fma)(long iters);
+    double sink[256];
+} probe_ctx;
+
+static probe_ctx probe_init(void)
+{
+    const ink_kernels *k = ink_kernels_active();
+    return (probe_ctx){.read = k->probe_read ? k->probe_read : scalar_read, .fma = k->probe_fma ? k->probe_fma : scalar_fma};
+}
+
+static void read_task(void *arg, int ith, int nth)
+{
+    probe_ctx *c = arg;
+    size_t per = c->bytes / (size_t)nth / 4096 * 4096;
+    c->sink[ith & 255] += c->read(c->buf + per * (size_t)ith, per);
+}
+
+/* Read bandwidth (GB/s, best of reps) of the pool's threads, each streaming its slice of buf. */
+static double probe_read(ink_pool *p, const void *buf, size_t bytes, int reps)
+{
+    probe_ctx c = probe_init();
+    c.buf = buf, c.bytes = bytes;
+    double best_bw = 0.0;
+    ink_pool_run(p, read_task, &c); /* warm-up: fault the pages in */
+    for (int r = 0; r < reps; r++) {
+        double t = ink_now_s();
+        ink_pool_run(p, read_task, &c);
+        double dt = ink_now_s() - t;
+        size_t per = bytes / (size_t)ink_pool_size(p) / 4096 * 4096;
+        double bw = (double)per * ink_pool_size(p) / dt / 1e9;
+        if (bw > best_bw) best_bw = bw;
+    }
+    return best_bw;
+}
+
+static void fma_task(void *arg, int ith, int nth)
+{
+    (void)nth;
+    probe_ctx *c = arg;
+    c->sink[ith & 255] += c->fma(c->iters);
+}
+
+/* f32 FMA peak (GFLOPS) of the pool's threads, over about `seconds`. */
+static double probe_fma(ink_pool *p, double seconds)
+{
+    probe_ctx c = probe_init();
+    c.iters = 1000000;
+    double t = ink_now_s();
+    ink_pool_run(p, fma_task, &c);
+    double dt = ink_now_s() - t;
+    c.iters = (long)((double)c.iters * seconds / (dt > 1e-6 ? dt : 1e-6));
+    if (c.iters < 1000) c.iters = 1000;
+    t = ink_now_s();
+    ink_pool_run(p, fma_task, &c);
+    dt = ink_now_s() - t;
+    return (double)c.iters * 10 * 8 * 2 * ink_pool_size(p) / dt / 1e9;
+}
+
 /* ---- model measurements ------------------------------------------------------------------- */
 
 static size_t ffn_bytes(const ink_ffn_w *f)
@@ -378,9 +462,9 @@ int cmd_bench(int argc, char **argv)
     double bw[2], peak[2];
     for (int ti = 0; ti < ntc; ti++) {
         double v[9];
-        for (int r = 0; r < reps; r++) v[r] = ink_probe_read(pools[ti], buf, pb, 1);
+        for (int r = 0; r < reps; r++) v[r] = probe_read(pools[ti], buf, pb, 1);
         bw[ti] = median(v, reps);
-        for (int r = 0; r < 3; r++) v[r] = ink_probe_fma(pools[ti], quick ? 0.1 : 0.25);
+        for (int r = 0; r < 3; r++) v[r] = probe_fma(pools[ti], quick ? 0.1 : 0.25);
         peak[ti] = median(v, 3);
     }
     free(buf);
