@@ -11,7 +11,7 @@
 
 #include "inkling.h"
 #include "kernels/kernels.h"
-#include "load/safetensors.h"
+#include "base/dtype.h"
 #include "model/model.h"
 
 #include <dlfcn.h>

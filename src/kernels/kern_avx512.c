@@ -25,7 +25,7 @@
 
 #include "kernels/kern_impl.h"
 
-#include "load/safetensors.h"
+#include "base/dtype.h"
 
 #include <immintrin.h>
 #include <math.h>

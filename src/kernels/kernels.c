@@ -2,7 +2,7 @@
  * format helpers, and the norm / conv kernels (see kernels.h for the exactness contract). */
 #include "kernels/kern_impl.h"
 
-#include "load/safetensors.h"
+#include "base/dtype.h"
 
 #include <math.h>
 #include <stdatomic.h>

@@ -32,14 +32,17 @@
 #ifndef INK_KERNELS_H
 #define INK_KERNELS_H
 
+#include "base/dtype.h"
 #include "base/pool.h"
 
 #include <stddef.h>
 #include <math.h>
 #include <stdint.h>
 
-/* Quantized view kinds (values above the safetensors dtype codes). */
-enum { INK_QT_AFFINE = 100, INK_QT_NVFP4 = 101 };
+/* Quantized view formats. ink_mat.dtype holds either an ink_dtype (a float view: F32, BF16, F16) or
+ * one of these, numbered on from INK_DT_COUNT so the two sets never share a code; a view is quantized
+ * exactly when dtype >= INK_QT_FIRST. */
+enum ink_qtype { INK_QT_FIRST = INK_DT_COUNT, INK_QT_AFFINE = INK_QT_FIRST, INK_QT_NVFP4 };
 
 /* A 2-D weight view [rows, cols]. Never owns its pointers.
  *   float views: `stride` elements between consecutive rows (an interleaved gate/up tensor is two
