@@ -26,9 +26,9 @@ int ink_session_create(ink_session **out, ink_model *m, int n_ctx, ink_err *err)
     }
     for (int i = 0; i < c->n_layer; i++) {
         int cap = ink_layer_kv_cap(&c->layers[i], n_ctx, INK_CHUNK);
-        if ((rc = ink_layer_cache_init(&s->lc[i], m, &c->layers[i], cap, err))) goto fail;
+        if ((rc = ink_layer_cache_init(&s->lc[i], &m->cfg, &c->layers[i], cap, err))) goto fail;
     }
-    if ((rc = ink_scratch_init(&s->sc, m, INK_CHUNK, n_ctx, err))) goto fail;
+    if ((rc = ink_scratch_init(&s->sc, &(ink_layer_env){&m->cfg, m->pool}, INK_CHUNK, n_ctx, err))) goto fail;
     size_t hb = (size_t)INK_CHUNK * c->hidden * sizeof(float);
     s->x = malloc(hb), s->xn = malloc(hb), s->tmp = malloc(hb);
     s->toks = malloc((size_t)n_ctx * sizeof *s->toks);
@@ -96,7 +96,7 @@ int ink_session_eval(ink_session *s, const int32_t *tokens, int T, ink_eval_out 
         if (tokens[t] < 0 || tokens[t] >= Vu)
             return ink_err_set(err, INK_E_INVAL, "token id %d (input position %d) is out of range: the vocabulary has %d ids",
                                tokens[t], t, Vu);
-    if (m->header_only) return ink_err_set(err, INK_E_INVAL, "the model was opened header-only (no tensor data)");
+    if (m->w.header_only) return ink_err_set(err, INK_E_INVAL, "the model was opened header-only (no tensor data)");
     ink_eval_out none = {0};
     if (!out) out = &none;
     for (int t0 = 0; t0 < T; t0 += s->sc.chunk) {
