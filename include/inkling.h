@@ -138,6 +138,21 @@ int ink_session_pos(const ink_session *s);         /* tokens consumed so far */
 int ink_session_n_ctx(const ink_session *s);
 size_t ink_session_state_bytes(const ink_session *s); /* KV + conv state bytes allocated */
 void ink_session_reset(ink_session *s);            /* back to position 0, empty state */
+
+/* Prompt cache. Conv states are recurrent and sliding layers keep only a window of KV rows, so a
+ * session cannot go back to an earlier position by itself; a checkpoint stores what it would need
+ * (every layer's conv states and each sliding layer's last W - 1 KV rows; global layers' rows stay
+ * in place). ink_session_set_checkpoints allocates n slots (0 frees them; n < 0: as many as fit
+ * in 256 MiB, 1..8); ink_session_checkpoint_bytes is the size of one. ink_session_checkpoint stores
+ * the state at the current position (replacing the oldest slot; never allocates). ink_session_rewind
+ * goes back to the latest checkpoint at a position <= limit whose tokens are still the session's
+ * (a checkpoint beyond a position the session was reset, restored or rewound to is dropped), and
+ * returns that position, or 0 after a reset when none applies. The rewound state equals the state
+ * of having fed tokens[0..pos) freshly, bit for bit (tested). */
+int ink_session_set_checkpoints(ink_session *s, int n, ink_err *err);
+size_t ink_session_checkpoint_bytes(const ink_session *s);
+void ink_session_checkpoint(ink_session *s);
+int ink_session_rewind(ink_session *s, int limit);
 /* The tokens consumed so far, by position: [ink_session_pos(s)] ids. Borrowed, valid until the next
  * call that changes the session. */
 const int32_t *ink_session_tokens(const ink_session *s);

@@ -336,10 +336,23 @@ static void print_timings(const ink_gen_stats *st, int drafting, const char *mod
     fprintf(stderr, "prompt eval: %d tokens in %.2f ms (%.2f tok/s)%s; eval: %d tokens in %.2f ms (%.2f tok/s)", fed,
             st->prefill_s * 1e3, fed / fmax(st->prefill_s, 1e-9), st->reused_tokens ? " (prefix reused)" : "",
             st->generated_tokens, st->decode_s * 1e3, dec);
-    if (drafting)
-        fprintf(stderr, "; mtp %s K=%d: %d rounds, %d/%d drafts accepted (%.1f%%), %.3f tokens per round", mode,
-                st->k_requested, st->rounds, st->accepted, st->drafted, st->drafted ? 100.0 * st->accepted / st->drafted : 0.0,
+    if (drafting) {
+        char k[16];
+        if (st->auto_block) snprintf(k, sizeof k, "auto");
+        else snprintf(k, sizeof k, "%d", st->k_requested);
+        fprintf(stderr, "; mtp %s K=%s: %d rounds, %d/%d drafts accepted (%.1f%%), %.3f tokens per round", mode, k,
+                st->rounds, st->accepted, st->drafted, st->drafted ? 100.0 * st->accepted / st->drafted : 0.0,
                 st->rounds ? (double)st->round_emitted / st->rounds : 0.0);
+        if (st->auto_block) { /* the widths chosen, and what the controller expects of its choice */
+            fprintf(stderr, "; K chosen:");
+            for (int K = 1; K <= INK_MAX_BLOCK; K++)
+                if (st->k_hist[K]) fprintf(stderr, " %dx%d", K, st->k_hist[K]);
+            int b = st->ctl_best;
+            if (b >= 1 && b <= st->ctl_kmax && st->ctl_rate[b] > 0)
+                fprintf(stderr, "; best now K=%d (%.2f tokens per %.3f ms round)", b, st->ctl_expected[b],
+                        st->ctl_expected[b] / st->ctl_rate[b] * 1e3);
+        }
+    }
     fprintf(stderr, "\n");
 }
 
@@ -643,6 +656,13 @@ int cmd_chat(int argc, char **argv)
         return 1;
     }
     r.o.reuse_prefix = 1;
+    /* the prompt cache: a turn that does not extend the history (after /reset, or an edited one)
+     * still resumes from the longest common prefix */
+    if (ink_session_set_checkpoints(r.s, -1, &r.e)) {
+        int frc = cli_fail(&r.e);
+        run_free(&r);
+        return frc;
+    }
     ink_chat_ids cid;
     ink_chat_ids_get(r.tok, &cid, NULL);
     ink_tokens hist = {0};

@@ -71,7 +71,11 @@ struct ink_gen {
     int32_t bonus, vin[INK_MAX_DEPTH + 2];
     /* the adaptive draft length (gen/autok.h): kept across runs while drafter, mode and range match */
     int autok, k_next, seed_stale;
-    double carry_s;
+    double carry_s, wake_s;
+    /* auto: depths 0..n_live-1 keep their history; the others are dormant (not maintained) until a
+     * round drafts with them, when they restart from the last WAKE rows (see wake()) */
+    int n_live, rounds_run, last_used[INK_MAX_DEPTH];
+    int hist_lo;                  /* first position whose target hidden row this run has (prompt cache) */
     ink_autok ak;
     const ink_drafter *ak_drafter;
     int ak_mode, ak_kmax;
@@ -81,6 +85,9 @@ typedef struct ink_gen gen;
 #define RING 256 /* > 2 * CH + K + D: rows the pipeline and a round can need */
 #define CH INK_CHUNK /* prefill and depth-advance step: one forward of the target or a depth (model.h) */
 #define LAG 48   /* auto K: depths a round does not draft with catch up once they lag this many rows */
+#define WAKE 64  /* auto K: rows of history a dormant depth restarts from (<= CH) */
+#define LIVE 16  /* auto K: a depth not drafted with for this many rounds goes dormant */
+#define CKPT_EVERY 256 /* prompt cache: prefill checkpoints at multiples of this (and at P - 1) */
 
 static float *hrow(const gen *g, int p) { return g->hist + (size_t)(p % RING) * g->H; }
 static float *orow(const gen *g, int m, int p) { return g->outr + ((size_t)m * RING + p % RING) * g->H; }
@@ -148,7 +155,7 @@ static int commit_step(gen *g, int m, int target)
  * ring holds more than about 2 CH rows a consumer still needs. */
 static void catch_up(gen *g, int last_row, int last_tok)
 {
-    int depths = g->mode == INK_MTP_COMPAT ? 1 : g->Mmax;
+    int depths = g->n_live;
     for (int progress = 1; progress;) {
         progress = 0;
         for (int m = 0; m < depths; m++) {
@@ -161,8 +168,27 @@ static void catch_up(gen *g, int last_row, int last_tok)
 /* Rows the deepest maintained depth lags behind row n-1 (mode P: depth Mmax-1; Compat-X: block 0). */
 static int lag(const gen *g, int n)
 {
-    int m = g->compat ? 0 : g->Mmax - 1;
-    return n - 1 - m - g->F[m];
+    int m = g->n_live - 1;
+    return m < 0 ? 0 : n - 1 - m - g->F[m];
+}
+
+/* Auto K: depth m (dormant, and every depth before it live or woken in this round) restarts with
+ * the rows from p0 = max(0, n - WAKE) on: an empty cache whose first row sits at p0, then the
+ * ordinary draft path computes its rows p0 .. n-1 in one forward. Its drafts then come from a
+ * shorter history than a depth that was kept all along: they may differ, which changes what is
+ * proposed, never what is emitted (the target decides; sampling stays lossless). */
+static void wake(gen *g, int m, int n)
+{
+    int p0 = n - WAKE > g->hist_lo ? n - WAKE : g->hist_lo;
+    ink_depth_start_at(g->d, m, p0);
+    g->F[m] = p0;
+    g->n_live = m + 1;
+}
+
+/* Auto K, after a round: depths not drafted with for LIVE rounds stop being maintained. */
+static void retire(gen *g)
+{
+    while (g->n_live > 0 && g->rounds_run - g->last_used[g->n_live - 1] > LIVE) g->n_live--;
 }
 
 /* Depths a round does not draft with: with a fixed K they follow every round; under auto K they
@@ -201,6 +227,12 @@ static void depth_round(gen *g, int m, int n)
 
 static void draft_per_depth(gen *g, int n, int M)
 {
+    if (M > g->n_live) { /* auto: dormant depths restart (their time is not a round cost) */
+        double t = ink_now_s();
+        for (int m = g->n_live; m < M; m++) wake(g, m, n);
+        g->wake_s += ink_now_s() - t;
+    }
+    for (int m = 0; m < M; m++) g->last_used[m] = g->rounds_run;
     int bulk = 0;
     for (int m = 0; m < M; m++) bulk |= n - g->F[m] > CH;
     /* after the prefill: the chunked pipeline first, which leaves only provisional rows (nc = 0) */
@@ -214,7 +246,7 @@ static void draft_per_depth(gen *g, int n, int M)
         g->seq[n + 1 + m] = g->drafts[m];
         g->blocks[m] = m;
     }
-    if (M < g->Mmax) follow(g, n); /* depths this clamped round does not draft with */
+    if (M < g->n_live) follow(g, n); /* live depths this round does not draft with */
 }
 
 /* ---- Compat-X (mtp.md 7.9) -------------------------------------------------------------- */
@@ -307,6 +339,8 @@ static int can_continue(const gen *g, const ink_session *s, const int32_t *promp
         return 0;
     if (memcmp(ink_session_tokens(s), prompt, (size_t)c * sizeof *prompt)) return 0;
     if (!g->d) return 1;
+    /* a fixed K needs every depth it drafts with kept all along (auto may have let some go dormant) */
+    if (!g->autok && g->n_live < (g->compat ? 1 : g->Mmax)) return 0;
     /* every token a drafter row consumed must still be in the new prompt: x_0 .. x_L-1 */
     int L = c + 1, depths = g->mode == INK_MTP_COMPAT ? 1 : g->Mmax;
     for (int m = 0; m < depths; m++)
@@ -373,7 +407,7 @@ static void configure(gen *g, const ink_gen_opts *o, ink_gen_stats *st)
         ink_autok_init(&g->ak, g->K); /* what was measured with another drafter, mode or range is void */
         g->ak_drafter = g->d, g->ak_mode = g->mode, g->ak_kmax = g->K;
     }
-    g->seed_stale = 0, g->carry_s = 0;
+    g->seed_stale = 0, g->carry_s = 0, g->wake_s = 0;
 }
 
 /* The width of the next round: fixed, the test hook's, or the controller's. */
@@ -399,9 +433,14 @@ static void want_hidden(const gen *g, ink_eval_out *eo)
  * the prompt), one forward otherwise. Leaves the last row's logits in g->logits. */
 static int prefill(gen *g, const int32_t *prompt, int c0, int P, ink_err *err)
 {
-    int rc;
+    int rc, ckpt = g->o->reuse_prefix; /* prompt cache: checkpoints at CKPT_EVERY multiples and at P - 1 */
     for (int t = c0; t < P;) {
         int T = g->track ? (P - t < CH ? P - t : CH) : P - t;
+        if (ckpt) {
+            int next = (t / CKPT_EVERY + 1) * CKPT_EVERY;
+            if (next > P - 1) next = P - 1;
+            if (next > t && t + T > next) T = next - t;
+        }
         ink_eval_out eo = {.logits = g->logits};
         want_hidden(g, &eo);
         if ((rc = ink_session_eval(g->s, prompt + t, T, &eo, err))) return rc;
@@ -410,8 +449,23 @@ static int prefill(gen *g, const int32_t *prompt, int c0, int P, ink_err *err)
             catch_up(g, t + T - 1, P - 1); /* rows whose tokens are prompt tokens */
         }
         t += T;
+        if (ckpt && (t == P - 1 || t % CKPT_EVERY == 0)) ink_session_checkpoint(g->s);
     }
     return INK_OK;
+}
+
+/* Prompt cache (auto K or no drafter): the longest common prefix of the prompt with what the session
+ * consumed, from its latest checkpoint at or below it (at most P - 1: the last prompt token is fed
+ * for its logits). The target's state is restored exactly; drafter depths go dormant and restart
+ * when drafted with (their history is not checkpointed). Returns the position resumed from (0: the
+ * session was reset). */
+static int resume_prefix(gen *g, const int32_t *prompt, int P)
+{
+    const int32_t *toks = ink_session_tokens(g->s);
+    int pos = ink_session_pos(g->s), L = 0, lim = pos < P ? pos : P;
+    while (L < lim && toks[L] == prompt[L]) L++;
+    if (L > P - 1) L = P - 1;
+    return ink_session_rewind(g->s, L);
 }
 
 /* ---- one round ----------------------------------------------------------------------------- */
@@ -431,10 +485,18 @@ static int plan(gen *g)
 static void draft(gen *g)
 {
     if (g->M > 0) {
+        if (g->compat && !g->n_live) { /* auto: block 0 restarts, then the seed */
+            double t = ink_now_s();
+            wake(g, 0, g->n);
+            compat_update(g, g->n);
+            g->seed_stale = 0;
+            g->wake_s += ink_now_s() - t;
+        }
+        if (g->compat) g->last_used[0] = g->rounds_run;
         if (g->compat && g->seed_stale) compat_update(g, g->n), g->seed_stale = 0;
         if (g->compat) draft_compat(g, g->n, g->M);
         else draft_per_depth(g, g->n, g->M);
-    } else if (g->d && !g->compat && g->Mmax > 0) {
+    } else if (g->d && !g->compat && g->n_live > 0) {
         follow(g, g->n); /* keep the frontiers moving while drafting is clamped off */
     }
 }
@@ -515,9 +577,9 @@ static void drafter_update(gen *g)
         for (int b = 1; b < g->D; b++) ink_depth_clear(g->d, b);
     }
     int n = g->n + g->e;
-    if (g->autok && g->k_next < 2) { /* no draft next round: the seed waits until one is wanted */
+    if (g->autok && (g->k_next < 2 || !g->n_live)) { /* no draft next round: the seed waits until one is wanted */
         g->seed_stale = 1;
-        follow(g, n);
+        if (g->n_live) follow(g, n);
     } else {
         compat_update(g, n);
         g->seed_stale = 0;
@@ -602,9 +664,16 @@ int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *
     if (g->d && (rc = ink_drafter_prepare(g->d, g->n_ctx, err))) goto fail;
     int c0 = cont ? ink_session_pos(g->s) : 0;
     if (!cont) {
-        ink_session_reset(g->s);
+        /* a fixed K drafts from full depth histories, which are not checkpointed: no prompt cache then */
+        if (o->reuse_prefix && (!g->d || g->autok)) c0 = resume_prefix(g, prompt, P);
+        else ink_session_reset(g->s);
+        g->hist_lo = c0;
         if (g->d) ink_drafter_reset(g->d);
         memset(g->F, 0, sizeof g->F);
+        /* fixed K keeps every depth it may draft with from the first row on; auto wakes them when used */
+        g->n_live = g->autok || !g->track ? 0 : g->compat ? 1 : g->Mmax;
+        g->rounds_run = 0;
+        memset(g->last_used, 0, sizeof g->last_used);
     }
     st->reused_tokens = c0;
     g->last_drafter = g->d, g->last_mode = g->mode, g->last_mmax = g->Mmax;
@@ -622,7 +691,7 @@ int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *
     }
     g->k_next = next_width(g);
     if (!g->stop && g->compat && g->Mmax > 0) {
-        if (g->autok && g->k_next < 2) g->seed_stale = 1;
+        if (g->autok && (g->k_next < 2 || !g->n_live)) g->seed_stale = 1;
         else compat_update(g, P);
     }
     return INK_OK;
@@ -658,7 +727,11 @@ int ink_gen_step(ink_gen *g, ink_err *err)
     for (int j = 0; j < g->e; j++) g->seq[g->n + 1 + j] = g->emitted[j];
     double td = ink_now_s();
     if (g->autok) { /* the next width is chosen before the drafter update, which may skip the seed */
-        ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, td - ta + g->carry_s, tb - ta + g->carry_s);
+        double w = g->wake_s; /* restarting dormant depths is not the cost of a round of this width */
+        ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, td - ta + g->carry_s - w, tb - ta + g->carry_s - w);
+        g->wake_s = 0;
+        g->rounds_run++;
+        retire(g);
         g->k_next = next_width(g);
     }
     drafter_update(g);

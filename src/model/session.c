@@ -54,6 +54,8 @@ void ink_session_free(ink_session *s)
     free(s->xn);
     free(s->tmp);
     free(s->toks);
+    free(s->ckpt);
+    free(s->ckpt_pos);
     ink_gen_free(s->gen);
     free(s);
 }
@@ -82,6 +84,7 @@ void ink_session_reset(ink_session *s)
 {
     s->pos = 0;
     for (int i = 0; i < s->m->cfg.n_layer; i++) ink_layer_cache_clear(&s->lc[i]);
+    ink_session_drop_checkpoints_after(s, 0);
 }
 
 int ink_session_eval(ink_session *s, const int32_t *tokens, int T, ink_eval_out *out, ink_err *err)

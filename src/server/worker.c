@@ -51,6 +51,7 @@ static void load(ink_server *S)
         ink_drafter_load_vocab(S->drafter, S->draft_dir ? S->draft_dir : S->model_dir, S->o.draft_vocab, &e))
         goto fail;
     if (ink_session_create(&S->sess, S->model, S->o.n_ctx, &e)) goto fail;
+    if (ink_session_set_checkpoints(S->sess, S->o.cache_checkpoints, &e)) goto fail;
     snprintf(path, sizeof path, "%s/tokenizer.json", S->model_dir);
     if (access(path, F_OK) == 0) {
         if (ink_tokenizer_open(&S->tok, S->model_dir, &e)) goto fail;
@@ -298,6 +299,7 @@ static void run_job(ink_server *S, srv_job *j)
     else S->met.ok++;
     S->met.prompt_tokens += (unsigned long long)(st.prompt_tokens - st.reused_tokens);
     S->met.reused_tokens += (unsigned long long)st.reused_tokens;
+    S->met.cache_hits += st.reused_tokens > 0;
     S->met.prompt_s += st.prefill_s;
     S->met.predicted_tokens += (unsigned long long)c.n;
     S->met.predicted_s += st.decode_s;
