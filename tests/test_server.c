@@ -40,13 +40,6 @@ static srv g_main;
 static ink_tokenizer *g_tok;
 static int g_asan;
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -69,7 +62,7 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *ud)
 {
     resp *r = ud;
     size_t n = sz * nm;
-    if (!r->n && n) r->t_first = now_s();
+    if (!r->n && n) r->t_first = ink_now_s();
     if (r->n + n + 1 > r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 4096;
         while (cap < r->n + n + 1) cap *= 2;
@@ -1233,10 +1226,10 @@ static void *load_main(void *arg)
         load_body(body, sizeof body, kind, p, stream || cancel, spec, cancel);
         resp r = {0};
         if (cancel) r.abort_on = kind == 0 ? "\"role\":\"assistant\"" : "\"token_ids\":[";
-        double t0 = now_s();
+        double t0 = ink_now_s();
         long st = http_h(kind == 0 ? hm : hc, kind == 0 ? g_main.port : g_load.port, "POST",
                          kind == 0 ? "/v1/chat/completions" : "/v1/completions", body, NULL, &r, cancel ? 0 : 300000);
-        double dt = now_s() - t0;
+        double dt = ink_now_s() - t0;
         if (cancel) {
             c->cancelled++;
             if (!r.aborted) c->bad++, fprintf(stderr, "# load: cancel target finished (%ld)\n", st);
@@ -1271,7 +1264,7 @@ static void load_round(int n_per_client, int *ok, int *bad, int *cancelled, doub
 {
     load_client cl[LOAD_CLIENTS];
     memset(cl, 0, sizeof cl);
-    double t0 = now_s();
+    double t0 = ink_now_s();
     for (int i = 0; i < LOAD_CLIENTS; i++) {
         cl[i].id = i, cl[i].n = n_per_client;
         pthread_create(&cl[i].th, NULL, load_main, &cl[i]);
@@ -1281,7 +1274,7 @@ static void load_round(int n_per_client, int *ok, int *bad, int *cancelled, doub
         *ok += cl[i].ok, *bad += cl[i].bad, *cancelled += cl[i].cancelled;
         for (int k = 0; k < cl[i].n_lat; k++) lat[(*n_lat)++] = cl[i].lat[k];
     }
-    *wall += now_s() - t0;
+    *wall += ink_now_s() - t0;
 }
 
 static void test_load(void **state)

@@ -17,6 +17,7 @@
  * in rings of RING positions. Committed depth rows advance through a chunked pipeline (depth m never
  * runs more than CH rows ahead of what depth m+1 has consumed), interleaved with the prefill, so a
  * long prompt never needs more than about 2 CH rows of any ring. */
+#include "base/clock.h"
 #include "draft/mtp.h"
 #include "gen/accept.h"
 #include "gen/autok.h"
@@ -26,14 +27,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 struct ink_gen {
     ink_session *s;
@@ -90,7 +83,7 @@ struct ink_gen {
 typedef struct ink_gen gen;
 
 #define RING 256 /* > 2 * CH + K + D: rows the pipeline and a round can need */
-#define CH 64
+#define CH INK_CHUNK /* prefill and depth-advance step: one forward of the target or a depth (model.h) */
 #define LAG 48   /* auto K: depths a round does not draft with catch up once they lag this many rows */
 #define WAKE 64  /* auto K: rows of history a dormant depth restarts from (<= CH) */
 #define LIVE 16  /* auto K: a depth not drafted with for this many rounds goes dormant */
@@ -235,9 +228,9 @@ static void depth_round(gen *g, int m, int n)
 static void draft_per_depth(gen *g, int n, int M)
 {
     if (M > g->n_live) { /* auto: dormant depths restart (their time is not a round cost) */
-        double t = now_s();
+        double t = ink_now_s();
         for (int m = g->n_live; m < M; m++) wake(g, m, n);
-        g->wake_s += now_s() - t;
+        g->wake_s += ink_now_s() - t;
     }
     for (int m = 0; m < M; m++) g->last_used[m] = g->rounds_run;
     int bulk = 0;
@@ -493,11 +486,11 @@ static void draft(gen *g)
 {
     if (g->M > 0) {
         if (g->compat && !g->n_live) { /* auto: block 0 restarts, then the seed */
-            double t = now_s();
+            double t = ink_now_s();
             wake(g, 0, g->n);
             compat_update(g, g->n);
             g->seed_stale = 0;
-            g->wake_s += now_s() - t;
+            g->wake_s += ink_now_s() - t;
         }
         if (g->compat) g->last_used[0] = g->rounds_run;
         if (g->compat && g->seed_stale) compat_update(g, g->n), g->seed_stale = 0;
@@ -686,9 +679,9 @@ int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *
     g->last_drafter = g->d, g->last_mode = g->mode, g->last_mmax = g->Mmax;
     memcpy(g->seq, prompt, (size_t)P * sizeof *prompt);
 
-    double t0 = now_s();
+    double t0 = ink_now_s();
     if ((rc = prefill(g, prompt, c0, P, err))) goto fail;
-    g->t1 = now_s();
+    g->t1 = ink_now_s();
     st->prefill_s = g->t1 - t0;
     g->phase = 2, g->n = P, g->stop = o->max_tokens == 0;
     if (!g->stop) { /* the first token, from the prompt's last row */
@@ -721,18 +714,18 @@ int ink_gen_step(ink_gen *g, ink_err *err)
         g->stop = 1;
         return INK_OK;
     }
-    double ta = now_s();
+    double ta = ink_now_s();
     draft(g);
-    double tb = now_s();
+    double tb = ink_now_s();
     if ((rc = verify(g, err))) goto fail;
-    double tc = now_s();
+    double tc = ink_now_s();
     accept(g);
     for (int j = 0; j <= g->a; j++) /* the rows the emitted tokens come from (inputs: x_n, d_1..d_a) */
         if ((rc = check_row(g, j, g->n + j, err))) goto fail;
     emit_round(g);
     if ((rc = rollback(g, err))) goto fail;
     for (int j = 0; j < g->e; j++) g->seq[g->n + 1 + j] = g->emitted[j];
-    double td = now_s();
+    double td = ink_now_s();
     if (g->autok) { /* the next width is chosen before the drafter update, which may skip the seed */
         double w = g->wake_s; /* restarting dormant depths is not the cost of a round of this width */
         ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, td - ta + g->carry_s - w, tb - ta + g->carry_s - w);
@@ -742,7 +735,7 @@ int ink_gen_step(ink_gen *g, ink_err *err)
         g->k_next = next_width(g);
     }
     drafter_update(g);
-    double te = now_s();
+    double te = ink_now_s();
     g->carry_s = te - td; /* Compat-X: the seed for the next round is part of the next round's cost */
     record(g, ta, tb, tc, te);
     g->n += g->e;
@@ -758,7 +751,7 @@ int ink_gen_finish(ink_gen *g)
     ink_gen_stats *st = g->st;
     int rc = g->rc;
     if (g->phase == 2) {
-        st->decode_s = now_s() - g->t1;
+        st->decode_s = ink_now_s() - g->t1;
         st->generated_tokens = g->n_out;
         if (st->k_min == INT32_MAX) st->k_min = 0;
         if (g->d) report_controller(g, st);

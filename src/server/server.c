@@ -146,7 +146,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             memcpy(buf, j->body.p + j->rpos, n);
             j->rpos += n;
             if (j->rpos == j->body.n) j->rpos = j->body.n = 0;
-            j->last_send = srv_now();
+            j->last_send = ink_now_s();
             pthread_mutex_unlock(&S->mu);
             return (ssize_t)n;
         }
@@ -161,9 +161,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             pthread_mutex_unlock(&S->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        if (srv_now() - j->last_send >= S->o.ping_s && max >= 9) {
+        if (ink_now_s() - j->last_send >= S->o.ping_s && max >= 9) {
             memcpy(buf, ": ping\n\n", 8);
-            j->last_send = srv_now();
+            j->last_send = ink_now_s();
             pthread_mutex_unlock(&S->mu);
             return 8;
         }
@@ -192,7 +192,7 @@ static enum MHD_Result generate(ink_server *S, struct MHD_Connection *con, req *
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
     j->created = (long long)time(NULL);
-    j->t_start = srv_now();
+    j->t_start = ink_now_s();
     snprintf(j->path, sizeof j->path, "%s", url);
     if (!(j->model_id = strdup(S->model_id))) {
         srv_job_free(j);
@@ -212,7 +212,7 @@ static enum MHD_Result generate(ink_server *S, struct MHD_Connection *con, req *
     snprintf(j->id, sizeof j->id, "%s%llx%04x", j->kind == SRV_CHAT ? "chatcmpl-" : "cmpl-", ++S->next_id,
              (unsigned)(((uintptr_t)j >> 4) & 0xffff));
     j->refs = 2; /* the queue / worker and this connection */
-    j->last_send = srv_now();
+    j->last_send = ink_now_s();
     if (S->q_tail) S->q_tail->next = j;
     else S->q_head = j;
     S->q_tail = j;

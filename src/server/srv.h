@@ -9,20 +9,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
+#include "base/clock.h"
 #include "server/server.h"
 #include "tok/chat.h"
 #include "tok/tokenizer.h"
 
-/* ---- growable byte buffer --------------------------------------------------------------- */
+/* ---- growable byte buffer: the shared one (base/buf.h) under the server's names ------------ */
 
-typedef struct srv_buf {
-    char *p;
-    size_t n, cap;
-    int oom; /* an append failed: the content is incomplete */
-} srv_buf;
-
-void srv_buf_add(srv_buf *b, const char *s, size_t n);
-void srv_buf_free(srv_buf *b);
+typedef ink_buf srv_buf;
+static inline void srv_buf_add(srv_buf *b, const char *s, size_t n) { ink_buf_add(b, s, n); }
+static inline void srv_buf_free(srv_buf *b) { ink_buf_free(b); }
 
 /* ---- stop strings ------------------------------------------------------------------------ */
 
@@ -160,7 +157,6 @@ struct ink_server {
     long long load_time;
 };
 
-double srv_now(void);
 void srv_job_release(ink_server *S, srv_job *j); /* under S->mu */
 void *srv_worker_main(void *arg);
 

@@ -9,13 +9,6 @@
 #include <time.h>
 #include <unistd.h>
 
-double srv_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 void srv_job_release(ink_server *S, srv_job *j)
 {
     (void)S;
@@ -43,7 +36,7 @@ static void load(ink_server *S)
 {
     ink_err e = {0};
     if (S->o.debug_hold) debug_hold(S, NULL);
-    double t0 = srv_now();
+    double t0 = ink_now_s();
     ink_model_opts mo = {.n_threads = S->o.n_threads, .activations = S->o.activations};
     char path[4200];
     if (S->o.log) fprintf(S->o.log, "serve: loading %s\n", S->model_dir);
@@ -74,7 +67,7 @@ static void load(ink_server *S)
     if (S->tok && ink_tokenizer_n_vocab(S->tok) > S->n_vocab && S->o.log)
         fprintf(S->o.log, "serve: warning: the tokenizer has %d ids, the model %d\n", ink_tokenizer_n_vocab(S->tok), S->n_vocab);
     if (S->o.log) {
-        fprintf(S->o.log, "serve: model ready in %.2f s: context %d, vocab %d, %s, chat %s\n", srv_now() - t0, S->n_ctx,
+        fprintf(S->o.log, "serve: model ready in %.2f s: context %d, vocab %d, %s, chat %s\n", ink_now_s() - t0, S->n_ctx,
                 S->n_vocab, S->drafter ? "mtp drafter" : "no drafter", S->chat_ok ? "on" : "off");
         fflush(S->o.log);
     }
