@@ -71,7 +71,7 @@ struct ink_gen {
     int32_t bonus, vin[INK_MAX_DEPTH + 2];
     /* the adaptive draft length (gen/autok.h): kept across runs while drafter, mode and range match */
     int autok, k_next, seed_stale;
-    double carry_s, wake_s;
+    double carry_s, wake_s, ta, tb; /* ta, tb: the round in progress began / finished drafting */
     /* auto: depths 0..n_live-1 keep their history; the others are dormant (not maintained) until a
      * round drafts with them, when they restart from the last WAKE rows (see wake()) */
     int n_live, rounds_run, last_used[INK_MAX_DEPTH];
@@ -502,18 +502,21 @@ static void draft(gen *g)
 }
 
 /* [x_n, d_1..d_M] in one target forward from a snapshot. */
-static int verify(gen *g, ink_err *err)
+static void verify_prepare(gen *g, ink_gen_verify *v)
 {
-    int M = g->M, rc;
+    int M = g->M;
     g->vin[0] = g->seq[g->n];
     for (int j = 0; j < M; j++) g->vin[j + 1] = g->drafts[j];
     ink_session_save(g->s, g->snap);
-    ink_eval_out vo = {.logits = g->logits, .all_logits = 1};
-    want_hidden(g, &vo);
-    if ((rc = ink_session_eval(g->s, g->vin, M + 1, &vo, err))) return rc;
+    v->session = g->s, v->tokens = g->vin, v->n_tokens = M + 1;
+    v->out = (ink_eval_out){.logits = g->logits, .all_logits = 1};
+    want_hidden(g, &v->out);
+}
+
+static void verify_finish(gen *g)
+{
     if (g->track)
-        for (int i = 0; i <= M; i++) memcpy(hrow(g, g->n + i), g->vh + (size_t)i * g->H, (size_t)g->H * sizeof(float));
-    return INK_OK;
+        for (int i = 0; i <= g->M; i++) memcpy(hrow(g, g->n + i), g->vh + (size_t)i * g->H, (size_t)g->H * sizeof(float));
 }
 
 /* Sets g->a (drafts accepted) and g->bonus. Greedy: the walk over the target's choices. T > 0:
@@ -701,24 +704,34 @@ fail:
     return rc;
 }
 
-/* One round: plan, draft, verify, accept, emit, rollback, drafter update, statistics. */
-int ink_gen_step(ink_gen *g, ink_err *err)
+/* One round: plan, draft, verify, accept, emit, rollback, drafter update, statistics. Split in two
+ * around the verify forward, which the caller may batch with other generators' (inkling.h). */
+int ink_gen_step_begin(ink_gen *g, ink_gen_verify *v, ink_err *err)
 {
     int rc = INK_OK;
-    if (g->stop) return g->rc;
+    if (g->stop) return g->rc ? g->rc : 0;
     if (g->o->cancel && *g->o->cancel) {
         rc = ink_err_set(err, INK_E_CANCELLED, "generation cancelled");
-        goto fail;
+        g->stop = 1, g->rc = rc;
+        return rc;
     }
     if (!plan(g)) {
         g->stop = 1;
-        return INK_OK;
+        return 0;
     }
-    double ta = ink_now_s();
+    g->ta = ink_now_s();
     draft(g);
-    double tb = ink_now_s();
-    if ((rc = verify(g, err))) goto fail;
-    double tc = ink_now_s();
+    g->tb = ink_now_s();
+    verify_prepare(g, v);
+    return 1;
+}
+
+int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err)
+{
+    int rc = eval_rc;
+    if (rc) goto fail;
+    verify_finish(g);
+    double ta = g->ta, tb = g->tb, tc = ink_now_s();
     accept(g);
     for (int j = 0; j <= g->a; j++) /* the rows the emitted tokens come from (inputs: x_n, d_1..d_a) */
         if ((rc = check_row(g, j, g->n + j, err))) goto fail;
@@ -743,6 +756,14 @@ int ink_gen_step(ink_gen *g, ink_err *err)
 fail:
     g->stop = 1, g->rc = rc;
     return rc;
+}
+
+int ink_gen_step(ink_gen *g, ink_err *err)
+{
+    ink_gen_verify v;
+    int rc = ink_gen_step_begin(g, &v, err);
+    if (rc <= 0) return rc;
+    return ink_gen_step_end(g, ink_session_eval(v.session, v.tokens, v.n_tokens, &v.out, err), err);
 }
 
 int ink_gen_finish(ink_gen *g)
