@@ -344,6 +344,18 @@ void ink_gen_free(ink_gen *g);
 /* On failure the run is over (no ink_gen_finish needed) and nothing was emitted. */
 int ink_gen_start(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,
                   int out_cap, ink_gen_stats *stats, ink_err *err);
+/* ink_gen_start in two parts, so a caller can spread a long prompt over several steps (a server
+ * interleaving one slot's prefill with other slots' decoding): ink_gen_begin validates and sets up
+ * (no forward; on failure the run is over); ink_gen_prefill feeds at most max_rows more prompt
+ * tokens (<= 0: all) and returns 1 while some remain, 0 once the prompt is in and the first token
+ * emitted (the run then steps as after ink_gen_start), or an error (the run is done; call
+ * ink_gen_finish). The prompt must stay valid until then. ink_gen_prefilling says whether a run is
+ * between the two (ink_gen_done is true then). Chunks do not change results: rows are computed
+ * independently. */
+int ink_gen_begin(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,
+                  int out_cap, ink_gen_stats *stats, ink_err *err);
+int ink_gen_prefill(ink_gen *g, int max_rows, ink_err *err);
+int ink_gen_prefilling(const ink_gen *g);
 /* One round; on failure the run is done (call ink_gen_finish). */
 int ink_gen_step(ink_gen *g, ink_err *err);
 int ink_gen_done(const ink_gen *g);  /* stop rule met, budget or context used up, or a step failed */

@@ -959,11 +959,17 @@ static void test_parallel_slots(void **state)
     assert_int_equal(srv_start(&s, args), 0);
     assert_int_equal(srv_ready(&s, NULL), 0);
     hold_set(hold, 1);
-    char bodies[4][256];
-    for (int i = 0; i < 4; i++)
+    static char bodies[4][8192];
+    for (int i = 0; i < 4; i++) {
+        /* request 1 has a 700-token prompt: its prefill is spread over engine steps */
+        char ids[6000] = "";
+        size_t o = 0;
+        for (int t = 0; t < (i == 1 ? 700 : 3); t++)
+            o += (size_t)snprintf(ids + o, sizeof ids - o, "%s%d", t ? "," : "", (5 + i + 37 * t) % 300);
         snprintf(bodies[i], sizeof bodies[i],
-                 "{\"prompt\":[%d,%d,%d],\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true,\"return_token_ids\":true,"
-                 "\"speculative\":%s}", 5 + i, 40 + 3 * i, 9, i % 2 ? "true" : "false");
+                 "{\"prompt\":[%s],\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true,\"return_token_ids\":true,"
+                 "\"speculative\":%s}", ids, i % 2 ? "true" : "false");
+    }
     bg r[4];
     for (int i = 0; i < 3; i++) {
         r[i] = (bg){.port = s.port, .path = "/v1/completions", .body = bodies[i]};

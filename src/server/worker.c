@@ -264,6 +264,8 @@ static void finish_error(gctx *c, int status, const char *msg)
     free(e);
 }
 
+#define PREFILL_ROWS 256 /* prompt rows per engine step (one slot's prefill at a time) */
+
 /* A job takes a slot: response set-up, options, and the prefill with its first token. On failure
  * the slot is finished at once (sl->rc). */
 static void job_begin(ink_server *S, srv_slot *sl, srv_job *j)
@@ -310,8 +312,8 @@ static void job_begin(ink_server *S, srv_slot *sl, srv_job *j)
     o->on_token = on_token;
     o->ud = c;
     o->cancel = &c->cancel;
-    sl->rc = ink_gen_start(sl->gen, j->prompt, j->n_prompt, o, sl->out, c->cap, &sl->st, &sl->e);
-    sl->started = sl->rc == INK_OK;
+    sl->rc = ink_gen_begin(sl->gen, j->prompt, j->n_prompt, o, sl->out, c->cap, &sl->st, &sl->e);
+    sl->started = sl->rc == INK_OK; /* the prefill runs in engine steps (step_slots) */
 }
 
 /* One engine step: every running slot's next round, their verify rows in batched forwards of at
@@ -320,10 +322,20 @@ static void step_slots(ink_server *S)
 {
     srv_slot *run[64];
     ink_gen_verify v[64];
-    int n = 0;
+    int n = 0, budget = PREFILL_ROWS;
+    /* prefills first, at most PREFILL_ROWS prompt rows per step in all, so that a long prompt does
+     * not stall the slots that are decoding */
+    for (int i = 0; i < S->n_slots; i++) /* a client gone or a shutdown: the next step ends the run */
+        if (S->slots[i].j && S->slots[i].c && S->slots[i].j->cancel) S->slots[i].c->cancel = 1;
+    for (int i = 0; i < S->n_slots && budget > 0; i++) {
+        srv_slot *sl = &S->slots[i];
+        if (!sl->j || !sl->started || !ink_gen_prefilling(sl->gen)) continue;
+        ink_gen_prefill(sl->gen, budget, &sl->e); /* a failure ends the run: slot_finished sees it */
+        budget = 0;
+    }
     for (int i = 0; i < S->n_slots; i++) {
         srv_slot *sl = &S->slots[i];
-        if (!sl->j || !sl->started || ink_gen_done(sl->gen)) continue;
+        if (!sl->j || !sl->started || ink_gen_prefilling(sl->gen) || ink_gen_done(sl->gen)) continue;
         int rc = ink_gen_step_begin(sl->gen, &v[n], &sl->e);
         if (rc == 1) run[n++] = sl;
         if (n == 64) break;
@@ -497,10 +509,13 @@ static srv_slot *pick_slot(ink_server *S, const srv_job *j)
     return best;
 }
 
-static int slot_finished(const srv_slot *sl) { return !sl->started || ink_gen_done(sl->gen); }
+static int slot_finished(const srv_slot *sl)
+{
+    return !sl->started || (!ink_gen_prefilling(sl->gen) && ink_gen_done(sl->gen));
+}
 
-/* --debug-hold between engine steps: while the file exists the running jobs do not advance (they
- * have emitted their first token), unless one was cancelled or the server stops; queued jobs are
+/* --debug-hold between engine steps: while the file exists the running jobs do not advance (no
+ * prefill, no round), unless one was cancelled or the server stops; queued jobs are
  * still admitted into free slots. Under S->mu. */
 static int held(ink_server *S)
 {
