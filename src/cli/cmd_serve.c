@@ -36,7 +36,7 @@ static void usage(FILE *f)
             "usage: inkling serve [-m DIR|OWNER/NAME] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--alias NAME]\n"
             "         [-c N] [-t/--threads N] [--activations auto|f32|int8] [--draft-kind auto|none|mtp] [--draft-model DIR]\n"
             "         [--draft-block-size auto|K] [--draft-max K] [--draft-vocab N] [--rollback commit|replay]\n"
-            "         [--cache-checkpoints N]\n"
+            "         [--cache-checkpoints N] [-np/--parallel N]\n"
             "         [--mtp-mode per-depth|compat] [--spec-default on|off] [-n N] [--temp T] [--top-k K]\n"
             "         [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--frequency-penalty F]\n"
             "         [--presence-penalty P] [--repeat-last-n N] [--reasoning-effort E] [--queue-size N]\n"
@@ -85,7 +85,7 @@ static int resolve_host(const char *host, char *out, size_t n)
 typedef struct sargs {
     const char *model, *host, *api_key, *alias, *draft_model, *effort, *mtp_mode, *hold;
     int act, quiet, spec_default, check;
-    long block_max, ckpts, port, threads, n_ctx, replay, queue, max_conn, timeout, n_predict, body_limit;
+    long block_max, ckpts, parallel, port, threads, n_ctx, replay, queue, max_conn, timeout, n_predict, body_limit;
     double ping;
     cli_sampling smp;
     cli_engine en;
@@ -94,7 +94,7 @@ typedef struct sargs {
 /* Parses argv into *s (defaults first). Returns 0, -1 after --help, or the exit code 2 after a message. */
 static int parse(int argc, char **argv, sargs *s)
 {
-    *s = (sargs){.host = "127.0.0.1", .mtp_mode = "per-depth", .act = INK_ACT_AUTO, .spec_default = 1, .ckpts = -1, .port = 8080,
+    *s = (sargs){.host = "127.0.0.1", .mtp_mode = "per-depth", .act = INK_ACT_AUTO, .spec_default = 1, .ckpts = -1, .parallel = 4, .port = 8080,
                  .queue = 8, .max_conn = 64, .timeout = 120, .n_predict = -1, .body_limit = 8L << 20, .ping = 15,
                  .en = {.draft_kind = "auto"}};
     cli_sampling_init(&s->smp);
@@ -152,6 +152,7 @@ static int parse(int argc, char **argv, sargs *s)
         } else if (!strcmp(a, "--draft-max")) INT(1, INK_MAX_BLOCK, s->block_max);
         else if (!strcmp(a, "--draft-vocab")) { INT(0, 1L << 30, s->en.dvocab); s->en.set_dvocab = 1; }
         else if (!strcmp(a, "--cache-checkpoints")) INT(0, 64, s->ckpts);
+        else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) INT(1, 64, s->parallel);
         else if (!strcmp(a, "--rollback")) {
             VAL();
             if (strcmp(v, "commit") && strcmp(v, "replay")) {
@@ -253,6 +254,7 @@ static ink_server_opts server_opts(const sargs *s, const char *dir, const char *
     o.draft_opts_set = s->en.set_block || s->block_max > 0 || s->en.set_dvocab;
     o.block_max = (int)s->block_max;
     o.cache_checkpoints = (int)s->ckpts;
+    o.parallel = (int)s->parallel;
     o.draft_dir = s->draft_model, o.spec_default = s->spec_default;
     o.draft_vocab = (int)s->en.dvocab, o.rollback_replay = (int)s->replay;
     o.block_size = (int)s->en.block, o.mtp_mode = !strcmp(s->mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;

@@ -199,7 +199,9 @@ static enum MHD_Result generate(ink_server *S, struct MHD_Connection *con, req *
         return send_error(con, 500, "server_error", NULL, "out of memory");
     }
     pthread_mutex_lock(&S->mu);
-    if (S->stopping || S->q_len >= S->o.queue_max + (S->running ? 0 : 1)) {
+    /* the queue holds queue_max jobs beyond those free slots will take right away */
+    int free_slots = (S->n_slots ? S->n_slots : 1) - S->n_active;
+    if (S->stopping || S->q_len >= S->o.queue_max + (free_slots > 0 ? free_slots : 0)) {
         int stopping = S->stopping;
         if (!stopping) S->met.rejected++;
         pthread_mutex_unlock(&S->mu);
@@ -379,8 +381,14 @@ static char *dup_or_null(const char *s)
 
 static void free_server(ink_server *S)
 {
-    ink_session_free(S->sess);
-    ink_drafter_free(S->drafter);
+    for (int i = 0; S->slots && i < S->n_slots; i++) {
+        ink_gen_free(S->slots[i].gen);
+        ink_session_free(S->slots[i].sess);
+        ink_drafter_free(S->slots[i].d);
+    }
+    if (!S->slots) ink_drafter_free(S->drafter); /* loading failed before the slots (else slot 0 owns it) */
+    free(S->slots);
+    ink_batch_free(S->batch);
     ink_model_free(S->model);
     ink_tokenizer_free(S->tok);
     free(S->host), free(S->api_key), free(S->model_dir), free(S->model_id), free(S->draft_dir), free(S->effort);
@@ -487,7 +495,8 @@ void ink_server_stop(ink_server *S)
     if (!S) return;
     pthread_mutex_lock(&S->mu);
     S->stopping = 1;
-    if (S->running) S->running->cancel = 1;
+    for (int i = 0; S->slots && i < S->n_slots; i++)
+        if (S->slots[i].j) S->slots[i].j->cancel = 1;
     pthread_cond_broadcast(&S->wcv);
     pthread_mutex_unlock(&S->mu);
     if (S->worker_started) pthread_join(S->worker, NULL); /* finishes loading first if it was */

@@ -116,6 +116,21 @@ typedef struct srv_job {
     struct srv_job *next;
 } srv_job;
 
+/* One slot (worker.c): a session with the prompt cache, its generator and drafter, and the job it
+ * runs (NULL: free). */
+typedef struct srv_slot {
+    ink_session *sess;
+    ink_gen *gen;
+    ink_drafter *d;           /* NULL without a drafter (slot 0's is the server's S->drafter) */
+    struct srv_job *j;
+    struct gctx *c;           /* the job's response state */
+    int32_t *out;
+    ink_gen_opts o;
+    ink_gen_stats st;
+    ink_err e;
+    int rc, started, setup_failed;
+} srv_slot;
+
 typedef struct srv_metrics {
     unsigned long long requests, ok, errors, cancelled, rejected;
     unsigned long long prompt_tokens, reused_tokens, predicted_tokens, cache_hits;
@@ -142,14 +157,17 @@ struct ink_server {
     int stopping;
     srv_job *q_head, *q_tail;
     int q_len;
-    srv_job *running;
+    struct srv_slot *slots;   /* [n_slots] (worker-owned; a slot's job is read under mu) */
+    int n_slots, n_active;    /* slots, and slots running a job */
+    struct ink_batch *batch;  /* the slots' verify rows of one step, in one forward */
+    int batch_rows;
     srv_metrics met;
     long long next_id;
 
     /* set by the worker before state becomes READY, read-only afterwards */
     ink_model *model;
-    ink_session *sess;
-    ink_drafter *drafter;
+    ink_session *sess;        /* slot 0's session (its context size stands for all) */
+    ink_drafter *drafter;     /* slot 0's drafter (NULL: no drafting); each slot has its own */
     ink_tokenizer *tok;       /* NULL: no tokenizer.json */
     int chat_ok;              /* the tokenizer has the Inkling control tokens */
     ink_chat_ids chat_ids;    /* their ids (valid when chat_ok) */
