@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -104,7 +105,7 @@ typedef struct srv_job {
 
     /* shared with the connection thread, under ink_server.mu */
     int refs;
-    volatile int cancel;      /* the client went away */
+    atomic_int cancel;        /* the client went away (HTTP threads set it, the worker reads it) */
     int done;                 /* the body is complete */
     int status;               /* HTTP status of a non-streamed response */
     srv_buf body;             /* response body (non-stream) or SSE text not yet sent (stream) */

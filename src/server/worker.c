@@ -23,7 +23,7 @@ void srv_job_release(ink_server *S, srv_job *j)
 /* --debug-hold: while the file exists, wait (before loading, and after each emitted token) unless
  * `cancel` or shutdown says otherwise. Tests use it to stop the worker at a known point, whatever
  * the machine's speed. */
-static void debug_hold(ink_server *S, const volatile int *cancel)
+static void debug_hold(ink_server *S, const atomic_int *cancel)
 {
     for (;;) {
         pthread_mutex_lock(&S->mu);
