@@ -361,6 +361,32 @@ static void step_slots(ink_server *S)
 }
 
 /* A finished slot's job: final statistics, metrics, the log line and the response. */
+/* A finished request into the server's counters. */
+static void count_request(ink_server *S, const gctx *c, int rc, const ink_gen_stats *st_)
+{
+    const ink_gen_stats st = *st_;
+    pthread_mutex_lock(&S->mu);
+    S->met.requests++;
+    if (c->gone) S->met.cancelled++;
+    else if (rc) S->met.errors++;
+    else S->met.ok++;
+    S->met.prompt_tokens += (unsigned long long)(st.prompt_tokens - st.reused_tokens);
+    S->met.reused_tokens += (unsigned long long)st.reused_tokens;
+    S->met.cache_hits += st.reused_tokens > 0;
+    S->met.prompt_s += st.prefill_s;
+    S->met.predicted_tokens += (unsigned long long)c->n;
+    S->met.predicted_s += st.decode_s;
+    S->met.spec_rounds += (unsigned long long)st.rounds;
+    for (int k = 1; k <= INK_MAX_BLOCK; k++) S->met.k_hist[k] += (unsigned long long)st.k_hist[k];
+    S->met.draft_s += st.draft_s, S->met.verify_s += st.verify_s, S->met.rollback_s += st.rollback_s;
+    S->met.draft_tokens += (unsigned long long)st.drafted;
+    S->met.accepted_tokens += (unsigned long long)st.accepted;
+    for (int p = 0; p < st.n_pos && p < INK_MAX_DEPTH; p++)
+        S->met.pos_proposed[p] += (unsigned long long)st.pos_proposed[p], S->met.pos_accepted[p] += (unsigned long long)st.pos_accepted[p];
+    if (st.n_pos > S->met.n_pos) S->met.n_pos = st.n_pos;
+    pthread_mutex_unlock(&S->mu);
+}
+
 static void job_end(ink_server *S, srv_slot *sl)
 {
     srv_job *j = sl->j;
@@ -399,26 +425,7 @@ static void job_end(ink_server *S, srv_slot *sl)
         finish = json_array_size(c->out.tool_calls) ? "tool_calls" : "stop";
     int K = o.drafter ? (o.block_size > 0 ? o.block_size : 0) : 1; /* 0: auto */
 
-    pthread_mutex_lock(&S->mu);
-    S->met.requests++;
-    if (c->gone) S->met.cancelled++;
-    else if (rc) S->met.errors++;
-    else S->met.ok++;
-    S->met.prompt_tokens += (unsigned long long)(st.prompt_tokens - st.reused_tokens);
-    S->met.reused_tokens += (unsigned long long)st.reused_tokens;
-    S->met.cache_hits += st.reused_tokens > 0;
-    S->met.prompt_s += st.prefill_s;
-    S->met.predicted_tokens += (unsigned long long)c->n;
-    S->met.predicted_s += st.decode_s;
-    S->met.spec_rounds += (unsigned long long)st.rounds;
-    for (int k = 1; k <= INK_MAX_BLOCK; k++) S->met.k_hist[k] += (unsigned long long)st.k_hist[k];
-    S->met.draft_s += st.draft_s, S->met.verify_s += st.verify_s, S->met.rollback_s += st.rollback_s;
-    S->met.draft_tokens += (unsigned long long)st.drafted;
-    S->met.accepted_tokens += (unsigned long long)st.accepted;
-    for (int p = 0; p < st.n_pos && p < INK_MAX_DEPTH; p++)
-        S->met.pos_proposed[p] += (unsigned long long)st.pos_proposed[p], S->met.pos_accepted[p] += (unsigned long long)st.pos_accepted[p];
-    if (st.n_pos > S->met.n_pos) S->met.n_pos = st.n_pos;
-    pthread_mutex_unlock(&S->mu);
+    count_request(S, c, rc, &st);
 
     if (S->o.log) {
         fprintf(S->o.log, "serve: %s %s: %s, prompt %d (reused %d) %.1f ms, generated %d %.1f ms (%.1f tok/s)", j->path,
