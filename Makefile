@@ -219,3 +219,14 @@ cross-aarch64:
 	@scripts/cross-deps
 	@$(MAKE) --no-print-directory cross-aarch64-build
 	@INKLING_BIN=build/aarch64/inkling-qemu INKLING_TEST_RUNNER=$(QEMU_AARCH64) tests/run.sh build/aarch64
+
+# The engine's tests (golden outputs, kernels, model, generator, batching, quantized and unaligned
+# weights) under qemu: the part of the suite that says the scalar set computes what x86 does; in
+# .ci/run (the whole suite under qemu takes too long for CI).
+AARCH64_QUICK := test_golden test_kernels test_model test_gen test_batch test_quant test_unaligned test_sampler
+.PHONY: cross-aarch64-quick
+cross-aarch64-quick:
+	@scripts/cross-deps
+	@$(MAKE) --no-print-directory cross-aarch64-build
+	@INKLING_TESTS="$(AARCH64_QUICK)" INKLING_BIN=build/aarch64/inkling-qemu INKLING_TEST_RUNNER=$(QEMU_AARCH64) \
+	  tests/run.sh build/aarch64

@@ -97,33 +97,36 @@ int ink_autok_choose(ink_autok *c)
 
 void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double draft_seconds)
 {
-    if (K < 1 || K > c->kmax || !(seconds >= 0)) return;
-    int n = c->cost_n[K];
-    if (n < 3) { /* the median of the first samples */
-        double *f = c->first[K], lo, hi, m;
-        f[n] = seconds, c->cost_n[K] = ++n;
-        if (n == 1) m = f[0];
-        else if (n == 2) m = f[0] < f[1] ? f[0] : f[1]; /* of two, the faster: optimistic until the third */
-        else {
-            lo = f[0] < f[1] ? f[0] : f[1], hi = f[0] < f[1] ? f[1] : f[0];
-            m = f[2] < lo ? lo : f[2] > hi ? hi : f[2];
+    if (K < 1 || K > c->kmax) return;
+    int timed = seconds >= 0, explored = c->explore_k == K, dir = c->explore_dir;
+    if (timed) {
+        int n = c->cost_n[K];
+        if (n < 3) { /* the median of the first samples */
+            double *f = c->first[K], lo, hi, m;
+            f[n] = seconds, c->cost_n[K] = ++n;
+            if (n == 1) m = f[0];
+            else if (n == 2) m = f[0] < f[1] ? f[0] : f[1]; /* of two, the faster: optimistic until the third */
+            else {
+                lo = f[0] < f[1] ? f[0] : f[1], hi = f[0] < f[1] ? f[1] : f[0];
+                m = f[2] < lo ? lo : f[2] > hi ? hi : f[2];
+            }
+            c->cost[K] = m;
+        } else {
+            if (seconds > CLIP * c->cost[K]) seconds = CLIP * c->cost[K];
+            smooth(&c->cost[K], &c->cost_n[K], seconds, LAMBDA_C);
         }
-        c->cost[K] = m;
-    } else {
-        if (seconds > CLIP * c->cost[K]) seconds = CLIP * c->cost[K];
-        smooth(&c->cost[K], &c->cost_n[K], seconds, LAMBDA_C);
+        if (M > 0) smooth(&c->draft_cost, &c->draft_n, draft_seconds / M, LAMBDA_C);
     }
-    int explored = c->explore_k == K, dir = c->explore_dir;
-    if (M > 0) {
-        smooth(&c->draft_cost, &c->draft_n, draft_seconds / M, LAMBDA_C);
-        /* draft j + 1 was tested iff drafts 1..j were accepted (j <= a), and kept iff j < a */
-        for (int j = 0; j < M && j <= a && j < INK_MAX_DEPTH; j++)
-            smooth(&c->alpha[j], &c->alpha_n[j], j < a ? 1.0 : 0.0, LAMBDA_A);
-    }
-    if (explored) { /* a neighbour that now looks best resets its direction's wait, one that lost doubles it */
-        if (ink_autok_best(c) == K) c->gap[dir] = EXPLORE;
-        else if (c->gap[dir] < EXPLORE_MAX) c->gap[dir] *= 2;
-        c->next[dir] = c->round + c->gap[dir];
+    /* draft j + 1 was tested iff drafts 1..j were accepted (j <= a), and kept iff j < a */
+    for (int j = 0; j < M && j <= a && j < INK_MAX_DEPTH; j++)
+        smooth(&c->alpha[j], &c->alpha_n[j], j < a ? 1.0 : 0.0, LAMBDA_A);
+    if (explored) {
+        if (!timed) c->next[dir] = c->round + 1; /* its cost was not measured: try it again next round */
+        else { /* a neighbour that now looks best resets its direction's wait, one that lost doubles it */
+            if (ink_autok_best(c) == K) c->gap[dir] = EXPLORE;
+            else if (c->gap[dir] < EXPLORE_MAX) c->gap[dir] *= 2;
+            c->next[dir] = c->round + c->gap[dir];
+        }
         c->explore_k = 0;
     }
 }

@@ -59,7 +59,9 @@ int ink_autok_best(const ink_autok *c);
 int ink_autok_choose(ink_autok *c);
 
 /* One finished round of width K: M drafts of which a were accepted; `seconds` the round's whole
- * time, `draft_seconds` its draft phase. */
+ * time, `draft_seconds` its draft phase. seconds < 0: the round's time says nothing about its width
+ * (dormant depths restarted in it): only the acceptance counts, and an exploration of it is retried
+ * next round. */
 void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double draft_seconds);
 
 #endif

@@ -232,7 +232,7 @@ static void draft_per_depth(gen *g, int n, int M)
     if (M > g->n_live) { /* auto: dormant depths restart (their time is not a round cost) */
         double t = ink_now_s();
         for (int m = g->n_live; m < M; m++) wake(g, m, n);
-        g->wake_s += ink_now_s() - t;
+        g->wake_s += ink_now_s() - t + 1e-9; /* > 0: this round woke a depth */
     }
     for (int m = 0; m < M; m++) g->last_used[m] = g->rounds_run;
     int bulk = 0;
@@ -493,7 +493,7 @@ static void draft(gen *g)
             wake(g, 0, g->n);
             compat_update(g, g->n);
             g->seed_stale = 0;
-            g->wake_s += ink_now_s() - t;
+            g->wake_s += ink_now_s() - t + 1e-9; /* > 0: this round woke a depth */
         }
         if (g->compat) g->last_used[0] = g->rounds_run;
         if (g->compat && g->seed_stale) compat_update(g, g->n), g->seed_stale = 0;
@@ -772,8 +772,9 @@ int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err)
     for (int j = 0; j < g->e; j++) g->seq[g->n + 1 + j] = g->emitted[j];
     double td = ink_now_s();
     if (g->autok) { /* the next width is chosen before the drafter update, which may skip the seed */
-        double w = g->wake_s; /* restarting dormant depths is not the cost of a round of this width */
-        ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, td - ta + g->carry_s - w, tb - ta + g->carry_s - w);
+        /* a round that restarted dormant depths (their last 64 rows) costs more than its width does */
+        double sec = g->wake_s > 0 ? -1 : td - ta + g->carry_s;
+        ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, sec, tb - ta + g->carry_s);
         g->wake_s = 0;
         g->rounds_run++;
         retire(g);
