@@ -6,7 +6,7 @@
 # without reporting a failure counts as one failure. Run from the repository root.
 set -u
 build=${1:-build/release}
-export INKLING_BIN="$build/inkling"
+export INKLING_BIN="${INKLING_BIN:-$build/inkling}"
 pass=0; fail=0; skip=0; failed_names=()
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
