@@ -40,6 +40,7 @@ enum ink_status {
     INK_E_CANCELLED = -7,   /* the caller cancelled the operation */
     INK_E_NET = -8,         /* network / HTTP failure */
     INK_E_NUMERIC = -9,     /* a computation produced NaN or infinity (e.g. a corrupt checkpoint) */
+    INK_E_ABSENT = -10,     /* the thing asked for is not there (ink_drafter_open: no MTP head) */
 };
 
 typedef struct ink_err {
@@ -137,6 +138,21 @@ int ink_session_pos(const ink_session *s);         /* tokens consumed so far */
 int ink_session_n_ctx(const ink_session *s);
 size_t ink_session_state_bytes(const ink_session *s); /* KV + conv state bytes allocated */
 void ink_session_reset(ink_session *s);            /* back to position 0, empty state */
+
+/* Prompt cache. Conv states are recurrent and sliding layers keep only a window of KV rows, so a
+ * session cannot go back to an earlier position by itself; a checkpoint stores what it would need
+ * (every layer's conv states and each sliding layer's last W - 1 KV rows; global layers' rows stay
+ * in place). ink_session_set_checkpoints allocates n slots (0 frees them; n < 0: as many as fit
+ * in 256 MiB, 1..8); ink_session_checkpoint_bytes is the size of one. ink_session_checkpoint stores
+ * the state at the current position (replacing the oldest slot; never allocates). ink_session_rewind
+ * goes back to the latest checkpoint at a position <= limit whose tokens are still the session's
+ * (a checkpoint beyond a position the session was reset, restored or rewound to is dropped), and
+ * returns that position, or 0 after a reset when none applies. The rewound state equals the state
+ * of having fed tokens[0..pos) freshly, bit for bit (tested). */
+int ink_session_set_checkpoints(ink_session *s, int n, ink_err *err);
+size_t ink_session_checkpoint_bytes(const ink_session *s);
+void ink_session_checkpoint(ink_session *s);
+int ink_session_rewind(ink_session *s, int limit);
 /* The tokens consumed so far, by position: [ink_session_pos(s)] ids. Borrowed, valid until the next
  * call that changes the session. */
 const int32_t *ink_session_tokens(const ink_session *s);
@@ -155,6 +171,20 @@ typedef struct ink_eval_out {
  * before touching any state: on error the session is unchanged. Long inputs are processed in
  * chunks internally; results do not depend on the chunking beyond float summation order. */
 int ink_session_eval(ink_session *s, const int32_t *tokens, int T, ink_eval_out *out, ink_err *err);
+
+/* Batched evaluation (issue 18): one forward over the rows of several sessions of one model, so a
+ * step reads the weights once for all of them (continuous batching; MTP verify rows of several
+ * sequences). ink_batch_create sizes scratch for up to max_rows rows in all and contexts up to
+ * n_ctx (caller frees with ink_batch_free). ink_batch_eval feeds tokens[i][0..n_tokens[i]) to
+ * sessions[i] at its position (1 <= n_tokens[i] <= ink_session_rollback_slack), outputs as
+ * ink_session_eval into outs[i] (outs may be NULL). Sessions must be distinct and of the batch's
+ * model. Every input is validated before any state changes. Each session's outputs and state are
+ * bitwise those of ink_session_eval on it alone, whatever the batch mix (tested). Never allocates. */
+typedef struct ink_batch ink_batch;
+int ink_batch_create(ink_batch **out, ink_model *m, int max_rows, int n_ctx, ink_err *err);
+void ink_batch_free(ink_batch *b);
+int ink_batch_eval(ink_batch *b, ink_session *const *sessions, const int32_t *const *tokens, const int *n_tokens,
+                   const ink_eval_out *outs, int n, ink_err *err);
 
 /* Snapshots. A snapshot holds the session position and every conv state; KV rows are not copied:
  * they stay valid because positions below the snapshot are never overwritten while at most
@@ -201,6 +231,8 @@ typedef struct ink_drafter ink_drafter;
 #define INK_MAX_DEPTH 64
 /* Largest draft block size K (drafts + 1) the generator accepts: CLI and server share this range. */
 #define INK_MAX_BLOCK (INK_MAX_DEPTH + 1)
+/* ink_gen_opts.block_size: choose K per round (the default: zero-initialised options get it). */
+#define INK_BLOCK_AUTO 0
 
 enum ink_mtp_mode {
     INK_MTP_PER_DEPTH = 0, /* mode P: per-depth history (mtp.md 7.1-7.8), the semantics the head was trained with */
@@ -210,7 +242,9 @@ enum ink_mtp_mode {
 /* Opens the MTP head in `dir` for `target`: any directory whose safetensors hold model.mtp.layers.*
  * tensors (a full checkpoint: only the shards holding them are opened; or config.json +
  * mtp.safetensors). Detection is by tensor presence, never by a config flag alone. The target must
- * outlive the drafter. Caller frees with ink_drafter_free. */
+ * outlive the drafter. Caller frees with ink_drafter_free. Fails with INK_E_ABSENT (and a message
+ * saying so) when the directory holds no model.mtp.layers.* tensors at all: a model without a head,
+ * not a broken one. */
 int ink_drafter_open(ink_drafter **out, ink_model *target, const char *dir, ink_err *err);
 void ink_drafter_free(ink_drafter *d);
 int ink_drafter_n_depth(const ink_drafter *d);
@@ -247,7 +281,12 @@ typedef struct ink_gen_opts {
     int vocab_limit;           /* > 0: ids >= this are never sampled or drafted (tokenizer size) */
     ink_sampling sampling;
     ink_drafter *drafter;      /* NULL: plain decoding */
-    int block_size;            /* K: verify width (bonus + drafts); <= 0: depth + 2; 1: plain steps */
+    int block_size;            /* K: verify width (bonus + drafts); 1: plain steps; <= 0 (INK_BLOCK_AUTO):
+                                  chosen per round from this run's measured acceptance and costs */
+    int block_max;             /* auto: the widest K it may choose (<= 0: depth + 1 in mode P, depth + 2
+                                  in Compat-X); always within the session's rollback slack */
+    int (*choose_block)(void *ud, int round, int k_max); /* auto: if set, replaces the controller's
+                                  choice (clamped to 1..k_max): a hook for tests and experiments */
     int mtp_mode;              /* enum ink_mtp_mode */
     int capture_commit;        /* 1: rollback by capture-and-commit instead of restore + replay */
     int reuse_prefix;          /* 1: when the prompt extends what the session has consumed (and the
@@ -269,6 +308,17 @@ typedef struct ink_gen_stats {
     int reused_tokens;                       /* prompt tokens served from the session's state */
     double prefill_s, decode_s;              /* wall time of prefill and of everything after it */
     double draft_s, verify_s, rollback_s;    /* parts of decode_s */
+    /* every round (plain steps too) by its verify width k_eff: k_hist[1] counts the plain steps */
+    int k_hist[INK_MAX_BLOCK + 1];
+    /* the draft-length controller's view at the end of the run (with a drafter; auto or not):
+     * widths 1..ctl_kmax, per width the smoothed seconds per round c(K) (0: never measured),
+     * cost_n the rounds behind it, expected tokens per round E(K), and the predicted tokens per
+     * second E(K) / c(K) (with unmeasured widths estimated as the controller does); alpha[j] the
+     * smoothed conditional acceptance of draft j+1; ctl_best the width it would choose next. */
+    int auto_block, ctl_kmax, ctl_best;
+    double ctl_cost_s[INK_MAX_BLOCK + 1], ctl_expected[INK_MAX_BLOCK + 1], ctl_rate[INK_MAX_BLOCK + 1];
+    int ctl_cost_n[INK_MAX_BLOCK + 1];
+    double ctl_alpha[INK_MAX_DEPTH];
 } ink_gen_stats;
 
 /* Feeds the prompt (all of it, after a reset, unless reuse_prefix applies) and generates up to opts->max_tokens tokens into out[0..out_cap).

@@ -423,6 +423,8 @@ static void test_health_loading_then_ready(void **state)
     json_decref(m);
 }
 
+/* spec: 0 plain, 1 drafting with a fixed block size (drafts must show), 2 drafting with auto K (the
+ * controller may choose plain steps only) */
 static void check_usage_timings(json_t *doc, int spec)
 {
     json_t *u = json_object_get(doc, "usage"), *t = json_object_get(doc, "timings");
@@ -434,8 +436,20 @@ static void check_usage_timings(json_t *doc, int spec)
     const char *keys[] = {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "draft_n", "draft_n_accepted"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) assert_true(json_is_number(json_object_get(t, keys[i])));
     assert_int_equal(json_integer_value(json_object_get(t, "predicted_n")), ct);
-    if (spec && ct > 1) assert_true(json_integer_value(json_object_get(t, "draft_n")) > 0);
+    if (spec == 1 && ct > 1) assert_true(json_integer_value(json_object_get(t, "draft_n")) > 0);
     if (!spec) assert_int_equal(json_integer_value(json_object_get(t, "draft_n")), 0);
+    /* every round by its verify width: plain steps (K = 1) and speculative rounds add up */
+    json_t *hist = json_object_get(t, "draft_k_hist"), *hv;
+    assert_true(json_is_object(hist));
+    const char *hk;
+    long long spec_rounds = 0, all = 0;
+    json_object_foreach(hist, hk, hv) {
+        all += json_integer_value(hv);
+        if (atoi(hk) > 1) spec_rounds += json_integer_value(hv);
+    }
+    assert_int_equal(spec_rounds, json_integer_value(json_object_get(t, "draft_rounds")));
+    if (ct > 1) assert_true(all >= 1 && all <= ct - 1);
+    assert_true(json_is_number(json_object_get(t, "verify_ms")) && json_is_number(json_object_get(t, "draft_ms")));
 }
 
 static void test_chat_nonstream_and_stream(void **state)
@@ -452,7 +466,7 @@ static void test_chat_nonstream_and_stream(void **state)
     assert_string_equal(json_string_value(json_object_get(msg, "role")), "assistant");
     assert_true(json_is_string(json_object_get(msg, "content")));
     assert_true(json_is_string(json_object_get(ch, "finish_reason")));
-    check_usage_timings(j, 1);
+    check_usage_timings(j, 2);
     char *content = strdup(json_string_value(json_object_get(msg, "content")));
 
     /* the same request streamed, with usage */
@@ -494,7 +508,7 @@ static void test_greedy_spec_equals_plain(void **state)
 {
     (void)state;
     const char *spec[] = {"false", "true", "{\"block_size\":2}", "{\"block_size\":3,\"mtp_mode\":\"compat\"}",
-                          "{\"enabled\":true,\"mtp_mode\":\"compat\"}"};
+                          "{\"enabled\":true,\"mtp_mode\":\"compat\"}", "{\"block_size\":\"auto\"}"};
     for (int p = 0; p < 3; p++) {
         char *ref = NULL;
         for (size_t k = 0; k < sizeof spec / sizeof spec[0]; k++) {
@@ -507,7 +521,7 @@ static void test_greedy_spec_equals_plain(void **state)
             json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
             char *ids = json_dumps(json_object_get(ch, "token_ids"), JSON_COMPACT);
             assert_int_equal(json_array_size(json_object_get(ch, "token_ids")), 20);
-            check_usage_timings(j, k > 0);
+            check_usage_timings(j, k == 0 ? 0 : strstr(spec[k], "\"block_size\":") && !strstr(spec[k], "auto") ? 1 : 2);
             if (!ref) ref = ids;
             else {
                 assert_string_equal(ids, ref);
@@ -546,7 +560,7 @@ static void test_completions_text_stop_and_ids(void **state)
     const char *text = json_string_value(json_object_get(ch, "text"));
     assert_non_null(text);
     assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")), "length");
-    check_usage_timings(j, 1);
+    check_usage_timings(j, 2);
     size_t tl = strlen(text);
     assert_true(tl > 6);
     /* a stop string from the middle of that output cuts it there */
@@ -631,6 +645,34 @@ static void test_prefix_reuse(void **state)
     assert_true(metric(g_main.port, "inkling:prompt_tokens_reused_total") >= 13);
     free(ids_b), free(ids_c), free(rb);
     json_decref(req), json_decref(p2), json_decref(a), json_decref(b), json_decref(c);
+}
+
+/* The prompt cache (issue 18): the same chat request twice reuses all of the prompt but its last
+ * token (the checkpoint at P - 1: the rest of the history, its output, is not part of the prompt)
+ * and answers the same; so does a completion request that repeats one. */
+static void test_prompt_cache_repeat(void **state)
+{
+    (void)state;
+    const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\","
+                       "\"content\":\"Tell me about the sea and the land\"}],\"max_tokens\":12,\"temperature\":0}";
+    long st;
+    json_t *a = post(g_main.port, "/v1/chat/completions", body, &st);
+    assert_int_equal(st, 200);
+    json_t *b = post(g_main.port, "/v1/chat/completions", body, &st);
+    assert_int_equal(st, 200);
+    json_t *ua = json_object_get(a, "usage"), *ub = json_object_get(b, "usage");
+    long long P = json_integer_value(json_object_get(ub, "prompt_tokens"));
+    assert_true(P > 8);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(ub, "prompt_tokens_details"), "cached_tokens")), P - 1);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(b, "timings"), "prompt_n")), 1);
+    const char *ca = json_string_value(json_object_get(json_object_get(json_array_get(json_object_get(a, "choices"), 0), "message"), "content"));
+    const char *cb = json_string_value(json_object_get(json_object_get(json_array_get(json_object_get(b, "choices"), 0), "message"), "content"));
+    assert_non_null(ca);
+    assert_non_null(cb);
+    assert_string_equal(ca, cb);
+    (void)ua;
+    assert_true(metric(g_main.port, "inkling:prompt_cache_hits_total") >= 1);
+    json_decref(a), json_decref(b);
 }
 
 static void expect_error(int port, const char *path, const char *body, long want, const char *needle)
@@ -840,7 +882,9 @@ static void test_metrics(void **state)
                            "inkling:tokens_predicted_seconds_total", "inkling:requests_processing", "inkling:requests_deferred",
                            "inkling:spec_decode_num_draft_tokens_total", "inkling:spec_decode_num_accepted_tokens_total",
                            "inkling:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"}",
-                           "inkling:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"}"};
+                           "inkling:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"}",
+                           "inkling:spec_decode_rounds_by_width_total{k=\"1\"}", "inkling:spec_decode_draft_seconds_total",
+                           "inkling:spec_decode_verify_seconds_total", "inkling:spec_decode_rollback_seconds_total"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (!strstr(r.body, names[i])) fail_msg("metric %s missing", names[i]);
     }
@@ -1472,6 +1516,7 @@ int main(void)
         cmocka_unit_test(test_greedy_spec_equals_plain),
         cmocka_unit_test(test_completions_text_stop_and_ids),
         cmocka_unit_test(test_prefix_reuse),
+        cmocka_unit_test(test_prompt_cache_repeat),
         cmocka_unit_test(test_errors_400),
         cmocka_unit_test(test_garbage_does_not_crash),
         cmocka_unit_test(test_tokenize_detokenize),

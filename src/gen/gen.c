@@ -19,6 +19,7 @@
  * long prompt never needs more than about 2 CH rows of any ring. */
 #include "draft/mtp.h"
 #include "gen/accept.h"
+#include "gen/autok.h"
 #include "sample/sampler.h"
 
 #include <float.h>
@@ -75,11 +76,25 @@ struct ink_gen {
     /* the round in progress */
     int k_eff, M, a, e, bonus_emitted;
     int32_t bonus, vin[INK_MAX_DEPTH + 2];
+    /* the adaptive draft length (gen/autok.h): kept across runs while drafter, mode and range match */
+    int autok, k_next, seed_stale;
+    double carry_s, wake_s;
+    /* auto: depths 0..n_live-1 keep their history; the others are dormant (not maintained) until a
+     * round drafts with them, when they restart from the last WAKE rows (see wake()) */
+    int n_live, rounds_run, last_used[INK_MAX_DEPTH];
+    int hist_lo;                  /* first position whose target hidden row this run has (prompt cache) */
+    ink_autok ak;
+    const ink_drafter *ak_drafter;
+    int ak_mode, ak_kmax;
 };
 typedef struct ink_gen gen;
 
 #define RING 256 /* > 2 * CH + K + D: rows the pipeline and a round can need */
 #define CH 64
+#define LAG 48   /* auto K: depths a round does not draft with catch up once they lag this many rows */
+#define WAKE 64  /* auto K: rows of history a dormant depth restarts from (<= CH) */
+#define LIVE 16  /* auto K: a depth not drafted with for this many rounds goes dormant */
+#define CKPT_EVERY 256 /* prompt cache: prefill checkpoints at multiples of this (and at P - 1) */
 
 static float *hrow(const gen *g, int p) { return g->hist + (size_t)(p % RING) * g->H; }
 static float *orow(const gen *g, int m, int p) { return g->outr + ((size_t)m * RING + p % RING) * g->H; }
@@ -147,7 +162,7 @@ static int commit_step(gen *g, int m, int target)
  * ring holds more than about 2 CH rows a consumer still needs. */
 static void catch_up(gen *g, int last_row, int last_tok)
 {
-    int depths = g->mode == INK_MTP_COMPAT ? 1 : g->Mmax;
+    int depths = g->n_live;
     for (int progress = 1; progress;) {
         progress = 0;
         for (int m = 0; m < depths; m++) {
@@ -155,6 +170,41 @@ static void catch_up(gen *g, int last_row, int last_tok)
             progress |= commit_step(g, m, t);
         }
     }
+}
+
+/* Rows the deepest maintained depth lags behind row n-1 (mode P: depth Mmax-1; Compat-X: block 0). */
+static int lag(const gen *g, int n)
+{
+    int m = g->n_live - 1;
+    return m < 0 ? 0 : n - 1 - m - g->F[m];
+}
+
+/* Auto K: depth m (dormant, and every depth before it live or woken in this round) restarts with
+ * the rows from p0 = max(0, n - WAKE) on: an empty cache whose first row sits at p0, then the
+ * ordinary draft path computes its rows p0 .. n-1 in one forward. Its drafts then come from a
+ * shorter history than a depth that was kept all along: they may differ, which changes what is
+ * proposed, never what is emitted (the target decides; sampling stays lossless). */
+static void wake(gen *g, int m, int n)
+{
+    int p0 = n - WAKE > g->hist_lo ? n - WAKE : g->hist_lo;
+    ink_depth_start_at(g->d, m, p0);
+    g->F[m] = p0;
+    g->n_live = m + 1;
+}
+
+/* Auto K, after a round: depths not drafted with for LIVE rounds stop being maintained. */
+static void retire(gen *g)
+{
+    while (g->n_live > 0 && g->rounds_run - g->last_used[g->n_live - 1] > LIVE) g->n_live--;
+}
+
+/* Depths a round does not draft with: with a fixed K they follow every round; under auto K they
+ * catch up in batches of about LAG rows (one pass over a depth's weights for many rows, which is
+ * what makes a plain step under auto nearly as cheap as plain decoding). Rows are computed the same
+ * either way, so the drafts do not depend on when a depth caught up. */
+static void follow(gen *g, int n)
+{
+    if (!g->autok || lag(g, n) >= LAG) catch_up(g, n - 1, n);
 }
 
 /* ---- mode P draft phase (mtp.md 7.3) ---------------------------------------------------- */
@@ -184,6 +234,12 @@ static void depth_round(gen *g, int m, int n)
 
 static void draft_per_depth(gen *g, int n, int M)
 {
+    if (M > g->n_live) { /* auto: dormant depths restart (their time is not a round cost) */
+        double t = now_s();
+        for (int m = g->n_live; m < M; m++) wake(g, m, n);
+        g->wake_s += now_s() - t;
+    }
+    for (int m = 0; m < M; m++) g->last_used[m] = g->rounds_run;
     int bulk = 0;
     for (int m = 0; m < M; m++) bulk |= n - g->F[m] > CH;
     /* after the prefill: the chunked pipeline first, which leaves only provisional rows (nc = 0) */
@@ -197,7 +253,7 @@ static void draft_per_depth(gen *g, int n, int M)
         g->seq[n + 1 + m] = g->drafts[m];
         g->blocks[m] = m;
     }
-    if (M < g->Mmax) catch_up(g, n - 1, n); /* depths this clamped round does not draft with */
+    if (M < g->n_live) follow(g, n); /* live depths this round does not draft with */
 }
 
 /* ---- Compat-X (mtp.md 7.9) -------------------------------------------------------------- */
@@ -290,6 +346,8 @@ static int can_continue(const gen *g, const ink_session *s, const int32_t *promp
         return 0;
     if (memcmp(ink_session_tokens(s), prompt, (size_t)c * sizeof *prompt)) return 0;
     if (!g->d) return 1;
+    /* a fixed K needs every depth it drafts with kept all along (auto may have let some go dormant) */
+    if (!g->autok && g->n_live < (g->compat ? 1 : g->Mmax)) return 0;
     /* every token a drafter row consumed must still be in the new prompt: x_0 .. x_L-1 */
     int L = c + 1, depths = g->mode == INK_MTP_COMPAT ? 1 : g->Mmax;
     for (int m = 0; m < depths; m++)
@@ -336,13 +394,38 @@ static void configure(gen *g, const ink_gen_opts *o, ink_gen_stats *st)
     g->rng = o->sampling.seed;
     int slack = ink_session_rollback_slack(g->s);
     g->n_ctx = ink_session_n_ctx(g->s);
-    g->K = g->d ? (o->block_size > 0 ? o->block_size : g->D + 2) : 1;
+    g->autok = g->d && o->block_size <= 0;
+    if (!g->d) g->K = 1;
+    else if (!g->autok) g->K = o->block_size;
+    else {
+        int def = g->mode == INK_MTP_COMPAT ? g->D + 2 : g->D + 1;
+        g->K = o->block_max > 0 ? o->block_max : def;
+        if (g->mode != INK_MTP_COMPAT && g->K > g->D + 1) g->K = g->D + 1; /* mode P drafts at most D */
+    }
     if (g->K > slack) g->K = slack;
     if (g->K > INK_MAX_DEPTH + 1) g->K = INK_MAX_DEPTH + 1;
+    if (g->K < 1) g->K = 1;
     g->Mmax = g->d ? (g->mode == INK_MTP_COMPAT ? g->K - 1 : (g->K - 1 < g->D ? g->K - 1 : g->D)) : 0;
     g->compat = g->d && g->mode == INK_MTP_COMPAT;
     g->track = g->d && g->Mmax > 0; /* the drafter needs the target's hidden rows */
-    st->prompt_tokens = 0, st->k_requested = g->K, st->n_pos = g->Mmax, st->k_min = INT32_MAX;
+    st->prompt_tokens = 0, st->k_requested = g->autok ? 0 : g->K, st->n_pos = g->Mmax, st->k_min = INT32_MAX;
+    st->auto_block = g->autok;
+    if (g->d && (g->ak_drafter != g->d || g->ak_mode != g->mode || g->ak_kmax != g->K)) {
+        ink_autok_init(&g->ak, g->K); /* what was measured with another drafter, mode or range is void */
+        g->ak_drafter = g->d, g->ak_mode = g->mode, g->ak_kmax = g->K;
+    }
+    g->seed_stale = 0, g->carry_s = 0, g->wake_s = 0;
+}
+
+/* The width of the next round: fixed, the test hook's, or the controller's. */
+static int next_width(gen *g)
+{
+    if (!g->autok) return g->K;
+    if (g->o->choose_block) {
+        int k = g->o->choose_block(g->o->ud, g->st->rounds + g->st->k_hist[1], g->K);
+        return k < 1 ? 1 : k > g->K ? g->K : k;
+    }
+    return ink_autok_choose(&g->ak);
 }
 
 /* Where a target forward puts the hidden rows the drafter reads (postnorm P, prenorm Compat-X). */
@@ -357,9 +440,14 @@ static void want_hidden(const gen *g, ink_eval_out *eo)
  * the prompt), one forward otherwise. Leaves the last row's logits in g->logits. */
 static int prefill(gen *g, const int32_t *prompt, int c0, int P, ink_err *err)
 {
-    int rc;
+    int rc, ckpt = g->o->reuse_prefix; /* prompt cache: checkpoints at CKPT_EVERY multiples and at P - 1 */
     for (int t = c0; t < P;) {
         int T = g->track ? (P - t < CH ? P - t : CH) : P - t;
+        if (ckpt) {
+            int next = (t / CKPT_EVERY + 1) * CKPT_EVERY;
+            if (next > P - 1) next = P - 1;
+            if (next > t && t + T > next) T = next - t;
+        }
         ink_eval_out eo = {.logits = g->logits};
         want_hidden(g, &eo);
         if ((rc = ink_session_eval(g->s, prompt + t, T, &eo, err))) return rc;
@@ -368,8 +456,23 @@ static int prefill(gen *g, const int32_t *prompt, int c0, int P, ink_err *err)
             catch_up(g, t + T - 1, P - 1); /* rows whose tokens are prompt tokens */
         }
         t += T;
+        if (ckpt && (t == P - 1 || t % CKPT_EVERY == 0)) ink_session_checkpoint(g->s);
     }
     return INK_OK;
+}
+
+/* Prompt cache (auto K or no drafter): the longest common prefix of the prompt with what the session
+ * consumed, from its latest checkpoint at or below it (at most P - 1: the last prompt token is fed
+ * for its logits). The target's state is restored exactly; drafter depths go dormant and restart
+ * when drafted with (their history is not checkpointed). Returns the position resumed from (0: the
+ * session was reset). */
+static int resume_prefix(gen *g, const int32_t *prompt, int P)
+{
+    const int32_t *toks = ink_session_tokens(g->s);
+    int pos = ink_session_pos(g->s), L = 0, lim = pos < P ? pos : P;
+    while (L < lim && toks[L] == prompt[L]) L++;
+    if (L > P - 1) L = P - 1;
+    return ink_session_rewind(g->s, L);
 }
 
 /* ---- one round ----------------------------------------------------------------------------- */
@@ -378,7 +481,7 @@ static int prefill(gen *g, const int32_t *prompt, int c0, int P, ink_err *err)
 static int plan(gen *g)
 {
     int budget = g->o->max_tokens - g->n_out;
-    int k_eff = g->K < budget + 1 ? g->K : budget + 1;
+    int k_eff = g->k_next < budget + 1 ? g->k_next : budget + 1;
     if (k_eff > g->n_ctx - g->n) k_eff = g->n_ctx - g->n;
     if (k_eff < 1) return 0; /* context full */
     g->k_eff = k_eff;
@@ -389,10 +492,19 @@ static int plan(gen *g)
 static void draft(gen *g)
 {
     if (g->M > 0) {
+        if (g->compat && !g->n_live) { /* auto: block 0 restarts, then the seed */
+            double t = now_s();
+            wake(g, 0, g->n);
+            compat_update(g, g->n);
+            g->seed_stale = 0;
+            g->wake_s += now_s() - t;
+        }
+        if (g->compat) g->last_used[0] = g->rounds_run;
+        if (g->compat && g->seed_stale) compat_update(g, g->n), g->seed_stale = 0;
         if (g->compat) draft_compat(g, g->n, g->M);
         else draft_per_depth(g, g->n, g->M);
-    } else if (g->d && !g->compat && g->Mmax > 0) {
-        catch_up(g, g->n - 1, g->n); /* keep the frontiers moving while drafting is clamped off */
+    } else if (g->d && !g->compat && g->n_live > 0) {
+        follow(g, g->n); /* keep the frontiers moving while drafting is clamped off */
     }
 }
 
@@ -471,13 +583,22 @@ static void drafter_update(gen *g)
         ink_depth_restore(g->d, 0);
         for (int b = 1; b < g->D; b++) ink_depth_clear(g->d, b);
     }
-    compat_update(g, g->n + g->e);
+    int n = g->n + g->e;
+    if (g->autok && (g->k_next < 2 || !g->n_live)) { /* no draft next round: the seed waits until one is wanted */
+        g->seed_stale = 1;
+        if (g->n_live) follow(g, n);
+    } else {
+        compat_update(g, n);
+        g->seed_stale = 0;
+    }
 }
 
 static void record(gen *g, double ta, double tb, double tc, double td)
 {
     ink_gen_stats *st = g->st;
     int M = g->M, a = g->a;
+    st->k_hist[g->k_eff]++;
+    if (g->d && !g->autok) ink_autok_observe(&g->ak, g->k_eff, M, a, td - ta, tb - ta); /* auto: in ink_gen_step */
     if (M == 0) return;
     st->rounds++, st->drafted += M, st->accepted += a, st->round_emitted += g->e;
     if (g->k_eff < st->k_min) st->k_min = g->k_eff;
@@ -492,6 +613,20 @@ static void record(gen *g, double ta, double tb, double tc, double td)
                        g->e,           g->emitted, g->bonus, g->bonus_emitted};
         g->o->on_round(g->o->ud, &r);
     }
+}
+
+/* The controller's estimates into the run's statistics (why auto chose what it chose). */
+static void report_controller(const gen *g, ink_gen_stats *st)
+{
+    const ink_autok *c = &g->ak;
+    st->ctl_kmax = c->kmax, st->ctl_best = ink_autok_best(c);
+    for (int K = 1; K <= c->kmax; K++) {
+        double cost = ink_autok_cost(c, K);
+        st->ctl_cost_s[K] = c->cost_n[K] ? c->cost[K] : 0, st->ctl_cost_n[K] = c->cost_n[K];
+        st->ctl_expected[K] = ink_autok_expected(c, K);
+        st->ctl_rate[K] = cost > 0 ? st->ctl_expected[K] / cost : 0;
+    }
+    for (int j = 0; j + 1 < c->kmax && j < INK_MAX_DEPTH; j++) st->ctl_alpha[j] = c->alpha_n[j] ? c->alpha[j] : -1;
 }
 
 /* ---- the generator ------------------------------------------------------------------------- */
@@ -536,9 +671,16 @@ int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *
     if (g->d && (rc = ink_drafter_prepare(g->d, g->n_ctx, err))) goto fail;
     int c0 = cont ? ink_session_pos(g->s) : 0;
     if (!cont) {
-        ink_session_reset(g->s);
+        /* a fixed K drafts from full depth histories, which are not checkpointed: no prompt cache then */
+        if (o->reuse_prefix && (!g->d || g->autok)) c0 = resume_prefix(g, prompt, P);
+        else ink_session_reset(g->s);
+        g->hist_lo = c0;
         if (g->d) ink_drafter_reset(g->d);
         memset(g->F, 0, sizeof g->F);
+        /* fixed K keeps every depth it may draft with from the first row on; auto wakes them when used */
+        g->n_live = g->autok || !g->track ? 0 : g->compat ? 1 : g->Mmax;
+        g->rounds_run = 0;
+        memset(g->last_used, 0, sizeof g->last_used);
     }
     st->reused_tokens = c0;
     g->last_drafter = g->d, g->last_mode = g->mode, g->last_mmax = g->Mmax;
@@ -554,7 +696,11 @@ int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *
         g->seq[g->n] = pick(g, g->logits, NULL, P);
         emit(g, g->seq[g->n]);
     }
-    if (!g->stop && g->compat && g->Mmax > 0) compat_update(g, P);
+    g->k_next = next_width(g);
+    if (!g->stop && g->compat && g->Mmax > 0) {
+        if (g->autok && (g->k_next < 2 || !g->n_live)) g->seed_stale = 1;
+        else compat_update(g, P);
+    }
     return INK_OK;
 fail:
     if (o->capture_commit) ink_session_set_capture(g->s, 0, NULL);
@@ -586,8 +732,19 @@ int ink_gen_step(ink_gen *g, ink_err *err)
     emit_round(g);
     if ((rc = rollback(g, err))) goto fail;
     for (int j = 0; j < g->e; j++) g->seq[g->n + 1 + j] = g->emitted[j];
+    double td = now_s();
+    if (g->autok) { /* the next width is chosen before the drafter update, which may skip the seed */
+        double w = g->wake_s; /* restarting dormant depths is not the cost of a round of this width */
+        ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, td - ta + g->carry_s - w, tb - ta + g->carry_s - w);
+        g->wake_s = 0;
+        g->rounds_run++;
+        retire(g);
+        g->k_next = next_width(g);
+    }
     drafter_update(g);
-    record(g, ta, tb, tc, now_s());
+    double te = now_s();
+    g->carry_s = te - td; /* Compat-X: the seed for the next round is part of the next round's cost */
+    record(g, ta, tb, tc, te);
     g->n += g->e;
     return INK_OK;
 fail:
@@ -604,6 +761,7 @@ int ink_gen_finish(ink_gen *g)
         st->decode_s = now_s() - g->t1;
         st->generated_tokens = g->n_out;
         if (st->k_min == INT32_MAX) st->k_min = 0;
+        if (g->d) report_controller(g, st);
         if (!rc) g->valid = 1, g->n_last = g->n;
     }
     if (g->o->capture_commit) ink_session_set_capture(g->s, 0, NULL);

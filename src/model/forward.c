@@ -143,28 +143,19 @@ static void head_norm(float *x, const float *w, int T, int n_heads, int d, float
         }
 }
 
-static void attention(const ink_model *m, const ink_layer_w *w, ink_layer_cache *c, int pos0, int T, ink_scratch *s)
+/* Attention of one segment's rows: its queries against its own cache (rows t0 .. t0+T-1 of the
+ * scratch buffers). */
+static void attend(const ink_model *m, const ink_layer_w *w, ink_layer_cache *c, int pos0, int t0, int T,
+                   const ink_scratch *s)
 {
-    const ink_config *cfg = &m->cfg;
     const ink_layer_cfg *l = &w->cfg;
-    int H = cfg->hidden, nh = l->n_head, nkv = l->n_kv, d = l->head_dim, K = cfg->conv_k;
-    ink_matmul(m->pool, &w->at.wq, s->a, H, T, s->q, nh * d);
-    ink_matmul(m->pool, &w->at.wk, s->a, H, T, s->k, nkv * d);
-    ink_matmul(m->pool, &w->at.wv, s->a, H, T, s->v, nkv * d);
-    ink_matmul(m->pool, &w->at.wr, s->a, H, T, s->r, nh * cfg->d_rel);
-    if (c->capt[0]) {
-        memcpy(c->capt[0], s->k, (size_t)T * nkv * d * sizeof(float));
-        memcpy(c->capt[1], s->v, (size_t)T * nkv * d * sizeof(float));
-        c->cap_rows = T;
-    }
-    ink_sconv(w->at.k_conv, c->conv[0], s->k, s->k, T, nkv * d, K, s->ext);
-    ink_sconv(w->at.v_conv, c->conv[1], s->v, s->v, T, nkv * d, K, s->ext);
-    head_norm(s->q, w->at.q_norm, T, nh, d, cfg->eps);
-    head_norm(s->k, w->at.k_norm, T, nkv, d, cfg->eps);
+    int nh = l->n_head, nkv = l->n_kv, d = l->head_dim;
+    ink_scratch v = *s; /* a view whose rows start at the segment's first row */
+    v.q += (size_t)t0 * nh * d, v.o += (size_t)t0 * nh * d, v.r += (size_t)t0 * nh * m->cfg.d_rel;
     for (int t = 0; t < T; t++) {
         size_t slot = (size_t)((pos0 + t) % c->cap) * c->kvw;
-        memcpy(c->k + slot, s->k + (size_t)t * c->kvw, (size_t)c->kvw * sizeof(float));
-        memcpy(c->v + slot, s->v + (size_t)t * c->kvw, (size_t)c->kvw * sizeof(float));
+        memcpy(c->k + slot, s->k + (size_t)(t0 + t) * c->kvw, (size_t)c->kvw * sizeof(float));
+        memcpy(c->v + slot, s->v + (size_t)(t0 + t) * c->kvw, (size_t)c->kvw * sizeof(float));
     }
     /* tiles: up to INK_ATTN_MAXQ queries of one KV head (8 rows x 4 heads, ...); split further
      * (heads, then rows) while there are fewer tiles than threads */
@@ -178,10 +169,37 @@ static void attention(const ink_model *m, const ink_layer_w *w, ink_layer_cache 
         if (gs > 1) gs = (gs + 1) / 2;
         else nr = (nr + 1) / 2;
     }
-    attn_ctx a = {m, w, c, s, ink_kernels_active(), pos0, T, nr, (T + nr - 1) / nr, gs, (g + gs - 1) / gs, 0};
+    attn_ctx a = {m, w, c, &v, ink_kernels_active(), pos0, T, nr, (T + nr - 1) / nr, gs, (g + gs - 1) / gs, 0};
     a.n_tiles = nkv * a.n_rt * a.n_hs;
     if (a.n_tiles == 1) attn_task(&a, 0, 1);
     else ink_pool_run(m->pool, attn_task, &a);
+}
+
+/* Projections over all rows (one pass over the weights), then per segment: captured conv inputs,
+ * the k / v short convolutions with that segment's states, the cache append and the attention. */
+static void attention(const ink_model *m, const ink_layer_w *w, const ink_seg *sg, int n_seg, int T, ink_scratch *s)
+{
+    const ink_config *cfg = &m->cfg;
+    const ink_layer_cfg *l = &w->cfg;
+    int H = cfg->hidden, nh = l->n_head, nkv = l->n_kv, d = l->head_dim, K = cfg->conv_k, kw = nkv * d;
+    ink_matmul(m->pool, &w->at.wq, s->a, H, T, s->q, nh * d);
+    ink_matmul(m->pool, &w->at.wk, s->a, H, T, s->k, kw);
+    ink_matmul(m->pool, &w->at.wv, s->a, H, T, s->v, kw);
+    ink_matmul(m->pool, &w->at.wr, s->a, H, T, s->r, nh * cfg->d_rel);
+    for (int i = 0; i < n_seg; i++) {
+        ink_layer_cache *c = sg[i].c;
+        float *k = s->k + (size_t)sg[i].t0 * kw, *v = s->v + (size_t)sg[i].t0 * kw;
+        if (c->capt[0]) {
+            memcpy(c->capt[0], k, (size_t)sg[i].T * kw * sizeof(float));
+            memcpy(c->capt[1], v, (size_t)sg[i].T * kw * sizeof(float));
+            c->cap_rows = sg[i].T;
+        }
+        ink_sconv(w->at.k_conv, c->conv[0], k, k, sg[i].T, kw, K, s->ext);
+        ink_sconv(w->at.v_conv, c->conv[1], v, v, sg[i].T, kw, K, s->ext);
+    }
+    head_norm(s->q, w->at.q_norm, T, nh, d, cfg->eps);
+    head_norm(s->k, w->at.k_norm, T, nkv, d, cfg->eps);
+    for (int i = 0; i < n_seg; i++) attend(m, w, sg[i].c, sg[i].pos0, sg[i].t0, sg[i].T, s);
     ink_matmul(m->pool, &w->at.wo, s->o, nh * d, T, s->u, H);
 }
 
@@ -261,15 +279,26 @@ static void moe(const ink_model *m, const ink_layer_w *w, const float *x, int T,
 
 /* ---- layer ----------------------------------------------------------------------------- */
 
-void ink_layer_forward(const ink_model *m, const ink_layer_w *w, ink_layer_cache *c, int pos0, float *x, int T,
-                       ink_scratch *s)
+/* A conv state update of every segment over its rows of u[T][C] (in place), capturing the inputs
+ * in capt[i] first when the cache captures. */
+static void sconv_segs(const float *wconv, int i, const ink_seg *sg, int n_seg, float *u, int C, int K, float *ext)
+{
+    for (int j = 0; j < n_seg; j++) {
+        ink_layer_cache *c = sg[j].c;
+        float *x = u + (size_t)sg[j].t0 * C;
+        if (c->capt[i]) memcpy(c->capt[i], x, (size_t)sg[j].T * C * sizeof(float));
+        ink_sconv(wconv, c->conv[i], x, x, sg[j].T, C, K, ext);
+    }
+}
+
+void ink_layer_forward_segs(const ink_model *m, const ink_layer_w *w, const ink_seg *sg, int n_seg, float *x, int T,
+                            ink_scratch *s)
 {
     const ink_config *cfg = &m->cfg;
     int H = cfg->hidden, K = cfg->conv_k;
     for (int t = 0; t < T; t++) ink_rmsnorm(s->a + (size_t)t * H, x + (size_t)t * H, w->attn_norm, H, cfg->eps);
-    attention(m, w, c, pos0, T, s);
-    if (c->capt[2]) memcpy(c->capt[2], s->u, (size_t)T * H * sizeof(float));
-    ink_sconv(w->attn_conv, c->conv[2], s->u, s->u, T, H, K, s->ext);
+    attention(m, w, sg, n_seg, T, s);
+    sconv_segs(w->attn_conv, 2, sg, n_seg, s->u, H, K, s->ext);
     for (size_t i = 0; i < (size_t)T * H; i++) x[i] += s->u[i];
     for (int t = 0; t < T; t++) ink_rmsnorm(s->a + (size_t)t * H, x + (size_t)t * H, w->mlp_norm, H, cfg->eps);
     if (w->cfg.moe) moe(m, w, s->a, T, s->u, s);
@@ -277,9 +306,15 @@ void ink_layer_forward(const ink_model *m, const ink_layer_w *w, ink_layer_cache
         swiglu(m, &w->dense, s->a, T, s->u, s);
         for (size_t i = 0; i < (size_t)T * H; i++) s->u[i] *= w->dense_scale;
     }
-    if (c->capt[3]) memcpy(c->capt[3], s->u, (size_t)T * H * sizeof(float));
-    ink_sconv(w->mlp_conv, c->conv[3], s->u, s->u, T, H, K, s->ext);
+    sconv_segs(w->mlp_conv, 3, sg, n_seg, s->u, H, K, s->ext);
     for (size_t i = 0; i < (size_t)T * H; i++) x[i] += s->u[i];
+}
+
+void ink_layer_forward(const ink_model *m, const ink_layer_w *w, ink_layer_cache *c, int pos0, float *x, int T,
+                       ink_scratch *s)
+{
+    ink_seg one = {c, pos0, 0, T};
+    ink_layer_forward_segs(m, w, &one, 1, x, T, s);
 }
 
 void ink_embed(const ink_model *m, const int32_t *ids, int T, float *out)

@@ -102,6 +102,16 @@ size_t ink_layer_cache_bytes(const ink_layer_cache *c);
  * T <= s->chunk. */
 void ink_layer_forward(const ink_model *m, const ink_layer_w *w, ink_layer_cache *c, int pos0, float *x, int T,
                        ink_scratch *s);
+/* The same over the rows of several timelines at once (batched decode, issue 18): segment i is rows
+ * t0 .. t0+T-1 of x, at positions pos0.., appending to cache c. Projections and MLPs run over all
+ * rows in one pass over the weights; conv states and attention per segment. Every row's result is
+ * bitwise what ink_layer_forward of its segment alone gives (kernels compute rows independently). */
+typedef struct ink_seg {
+    ink_layer_cache *c;
+    int pos0, t0, T;
+} ink_seg;
+void ink_layer_forward_segs(const ink_model *m, const ink_layer_w *w, const ink_seg *sg, int n_seg, float *x, int T,
+                            ink_scratch *s);
 
 /* Router of one token (inkling-text.md §3.7): the k chosen experts (higher sigmoid+bias first, lower id
  * on ties) and the k+S mixture weights (routed then shared), scaled by route_scale * gscale. */

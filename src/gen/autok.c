@@ -1,0 +1,129 @@
+/* autok.c — the adaptive draft length; see autok.h for the model. */
+#include "gen/autok.h"
+
+#include <string.h>
+
+#define EXPLORE 16        /* rounds before the first exploration in each direction */
+#define EXPLORE_MAX 1024  /* the longest wait between explorations in one direction */
+#define LAMBDA_A 0.04     /* smoothing of the acceptance estimates (~25 observations) */
+#define LAMBDA_C 0.10     /* smoothing of the costs (~10 rounds) */
+#define PRIOR_A 0.5       /* acceptance assumed for a position never observed (and nothing before it) */
+#define CLIP 8.0          /* a round slower than CLIP x its estimate (a preemption) counts as CLIP x */
+
+void ink_autok_init(ink_autok *c, int kmax)
+{
+    memset(c, 0, sizeof *c);
+    c->kmax = kmax < 1 ? 1 : kmax > INK_MAX_BLOCK ? INK_MAX_BLOCK : kmax;
+    c->gap[0] = c->gap[1] = EXPLORE, c->next[0] = EXPLORE, c->next[1] = EXPLORE + EXPLORE / 2;
+}
+
+/* Running mean for the first 1/lambda samples, then an exponential average. */
+static void smooth(double *v, int *n, double x, double lambda)
+{
+    double w = 1.0 / (*n + 1);
+    if (w < lambda) w = lambda;
+    *v += w * (x - *v);
+    (*n)++;
+}
+
+static double alpha_of(const ink_autok *c, int j)
+{
+    for (; j >= 0; j--)
+        if (c->alpha_n[j]) return c->alpha[j];
+    return PRIOR_A;
+}
+
+double ink_autok_expected(const ink_autok *c, int K)
+{
+    double e = 1, run = 1;
+    for (int j = 0; j < K - 1 && j < INK_MAX_DEPTH; j++) run *= alpha_of(c, j), e += run;
+    return e;
+}
+
+double ink_autok_cost(const ink_autok *c, int K)
+{
+    if (c->cost_n[K]) return c->cost[K];
+    int lo = K - 1, hi = K + 1;
+    while (lo >= 1 && !c->cost_n[lo]) lo--;
+    while (hi <= c->kmax && !c->cost_n[hi]) hi++;
+    double est = 0;
+    if (lo >= 1) est = c->cost[lo] + (K - lo) * c->draft_cost;
+    else if (hi <= c->kmax) est = c->cost[hi] - (hi - K) * c->draft_cost;
+    if (hi <= c->kmax && est > c->cost[hi]) est = c->cost[hi]; /* a wider round costs at least as much */
+    if (est <= 0 && hi <= c->kmax) est = c->cost[hi] * K / hi;
+    return est > 0 ? est : 0;
+}
+
+int ink_autok_best(const ink_autok *c)
+{
+    if (c->cost_n[1] < 2) return 1; /* the first rounds measure a plain step */
+    int best = 1;
+    double br = 0;
+    for (int K = 1; K <= c->kmax; K++) {
+        double cost = ink_autok_cost(c, K);
+        if (!(cost > 0)) continue;
+        double r = ink_autok_expected(c, K) / cost;
+        if (r > br * (1 + 1e-9)) br = r, best = K; /* ties go to the narrower width */
+    }
+    return best;
+}
+
+int ink_autok_choose(ink_autok *c)
+{
+    int best = ink_autok_best(c);
+    c->round++;
+    c->explore_k = 0;
+    if (c->kmax < 2) return best;
+    for (int dir = 0; dir < 2; dir++) {
+        int k = dir ? best - 1 : best + 1;
+        if (k < 1 || k > c->kmax) {
+            if (c->round >= c->next[dir]) c->next[dir] = c->round + c->gap[dir]; /* no neighbour there now */
+            continue;
+        }
+        if (c->round < c->next[dir]) continue;
+        /* a wider width that loses even if every draft were accepted: only acceptance could change
+         * that, and it cannot; its cost is re-measured only every EXPLORE_MAX rounds */
+        double ck = ink_autok_cost(c, k), cb = ink_autok_cost(c, best);
+        if (!dir && ck > 0 && cb > 0 && c->cost_n[k] >= 3 && k / ck < ink_autok_expected(c, best) / cb &&
+            c->gap[dir] < EXPLORE_MAX) {
+            c->gap[dir] = EXPLORE_MAX, c->next[dir] = c->round + EXPLORE_MAX;
+            continue;
+        }
+        c->explore_k = k, c->explore_dir = dir;
+        return k;
+    }
+    return best;
+}
+
+void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double draft_seconds)
+{
+    if (K < 1 || K > c->kmax || !(seconds >= 0)) return;
+    int n = c->cost_n[K];
+    if (n < 3) { /* the median of the first samples */
+        double *f = c->first[K], lo, hi, m;
+        f[n] = seconds, c->cost_n[K] = ++n;
+        if (n == 1) m = f[0];
+        else if (n == 2) m = f[0] < f[1] ? f[0] : f[1]; /* of two, the faster: optimistic until the third */
+        else {
+            lo = f[0] < f[1] ? f[0] : f[1], hi = f[0] < f[1] ? f[1] : f[0];
+            m = f[2] < lo ? lo : f[2] > hi ? hi : f[2];
+        }
+        c->cost[K] = m;
+    } else {
+        if (seconds > CLIP * c->cost[K]) seconds = CLIP * c->cost[K];
+        smooth(&c->cost[K], &c->cost_n[K], seconds, LAMBDA_C);
+    }
+    int explored = c->explore_k == K, dir = c->explore_dir;
+    if (M > 0) {
+        smooth(&c->draft_cost, &c->draft_n, draft_seconds / M, LAMBDA_C);
+        /* draft j + 1 was tested iff drafts 1..j were accepted (j <= a), and kept iff j < a */
+        for (int j = 0; j < M && j <= a && j < INK_MAX_DEPTH; j++)
+            smooth(&c->alpha[j], &c->alpha_n[j], j < a ? 1.0 : 0.0, LAMBDA_A);
+    }
+    if (explored) { /* a neighbour that now looks best resets its direction's wait, one that lost doubles it */
+        if (ink_autok_best(c) == K) c->gap[dir] = EXPLORE;
+        else if (c->gap[dir] < EXPLORE_MAX) c->gap[dir] *= 2;
+        c->next[dir] = c->round + c->gap[dir];
+        c->explore_k = 0;
+    }
+}

@@ -1,0 +1,65 @@
+/*
+ * autok.h — the adaptive draft length (issue 16): each round picks the verify width K (1 = a plain
+ * step, K - 1 drafts) that maximises the expected tokens per second from what this run measured.
+ *
+ * Model. With a_j the chance that draft j+1 is accepted given drafts 1..j were, a round of width K
+ * emits E(K) = 1 + a_0 + a_0 a_1 + ... + a_0 .. a_{K-2} tokens on average, and costs c(K) seconds (its
+ * draft, verify, acceptance, rollback and drafter update, measured per K). The controller picks
+ * argmax E(K) / c(K). a_j and c(K) are exponentially smoothed, so the choice follows the text (a
+ * repetitive passage raises a_j, free text lowers it) and the machine (a busy core raises c).
+ *
+ * Robustness. A width's first three rounds give its estimate as their median (one slow round, a cold
+ * cache or a preemption, cannot condemn a width that is then never tried again), and the first two
+ * rounds of a fresh controller are plain steps (c(1) is the yardstick).
+ *
+ * Exploration. A width never measured is estimated optimistically: the cost of the nearest measured
+ * width below plus the measured cost of a draft per extra row (the verify's extra rows are assumed
+ * free), so a width that might win gets tried once and is then known. Now and then a round tries a
+ * neighbour of the best width, one up or one down: that keeps the neighbours' costs and the deeper
+ * positions' acceptance current. Each direction waits EXPLORE rounds at first; an exploration that
+ * loses doubles its direction's wait (up to EXPLORE_MAX), one that wins resets it, so a settled
+ * choice costs a fraction of a % while a change in the text is noticed within a few hundred rounds.
+ *
+ * Choosing K from the past keeps speculative decoding lossless: greedy output equals plain decoding
+ * whatever K is, and sampled tokens keep the target distribution. (A fixed seed reproduces a sampled
+ * run only with a fixed K, since K decides which uniforms are drawn.)
+ *
+ * Pure state over caller-owned memory: no allocation, no clock (the caller passes the times).
+ */
+#ifndef INK_GEN_AUTOK_H
+#define INK_GEN_AUTOK_H
+
+#include "inkling.h"
+
+typedef struct ink_autok {
+    int kmax;                              /* widths 1 .. kmax */
+    int round;
+    int explore_k, explore_dir;            /* the width being explored (0: none), 0 up / 1 down */
+    int gap[2], next[2];                   /* rounds between explorations up / down, and when next */
+    double alpha[INK_MAX_DEPTH];           /* smoothed conditional acceptance of draft j + 1 */
+    int alpha_n[INK_MAX_DEPTH];
+    double cost[INK_MAX_BLOCK + 1];        /* smoothed seconds per round of width K */
+    int cost_n[INK_MAX_BLOCK + 1];
+    double first[INK_MAX_BLOCK + 1][3];    /* a width's first samples: its estimate is their median */
+    double draft_cost;                     /* smoothed seconds per draft (draft phase / drafts) */
+    int draft_n;
+} ink_autok;
+
+/* Forgets everything; widths 1 .. kmax (clamped to 1 .. INK_MAX_BLOCK). */
+void ink_autok_init(ink_autok *c, int kmax);
+
+/* E(K): expected tokens a round of width K emits under the current acceptance estimates. */
+double ink_autok_expected(const ink_autok *c, int K);
+/* c(K) as the controller sees it: measured, or the optimistic estimate for an unmeasured width;
+ * 0 when nothing at all is measured yet. */
+double ink_autok_cost(const ink_autok *c, int K);
+/* The width with the best E(K) / c(K) (no exploration). */
+int ink_autok_best(const ink_autok *c);
+/* The width for the next round: the best one, or on an exploration round a neighbour of it. */
+int ink_autok_choose(ink_autok *c);
+
+/* One finished round of width K: M drafts of which a were accepted; `seconds` the round's whole
+ * time, `draft_seconds` its draft phase. */
+void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double draft_seconds);
+
+#endif
