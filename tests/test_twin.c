@@ -2,8 +2,8 @@
  * zero-output layers and a wider dense MLP (backbone and MTP head) computes the same function.
  *   bf16: twin(kjv) vs kjv; mlx4: twin(Q(kjv)) vs Q(kjv), Q = the tool's MLX copy (--bytes-per-token 0).
  * Logits of a 37-token prompt within 1e-6 (max abs) at every position; greedy ids identical for 32
- * tokens without a drafter and with the MTP head in both modes at two block sizes (and equal to
- * PyTorch's for bf16), with the same rounds and accepted drafts; `inkling info` reports the larger
+ * tokens without a drafter and with the MTP head in both modes at K = 3, 6 and auto (and equal to
+ * PyTorch's for bf16), with the same rounds and accepted drafts at fixed K; `inkling info` reports the larger
  * parameter count; malformed arguments get a clear error. Needs python3 (standard library only). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -198,14 +198,17 @@ static void greedy_equal(const char *a, const char *b, int check_pytorch)
             fail_msg("case %zu: greedy ids of %s differ from %s", i, b, a);
         if (check_pytorch && N >= NGEN && memcmp(plain_b.ids, want, sizeof(int32_t) * NGEN))
             fail_msg("case %zu: greedy ids of %s differ from PyTorch's", i, b);
-        const int modes[2] = {INK_MTP_PER_DEPTH, INK_MTP_COMPAT}, Ks[2] = {0, 3};
+        /* fixed K = 3 and 6 (depth + 2), and the adaptive controller (INK_BLOCK_AUTO: its widths follow
+         * measured times, so only the ids are compared there) */
+        const int modes[2] = {INK_MTP_PER_DEPTH, INK_MTP_COMPAT}, Ks[3] = {3, 6, INK_BLOCK_AUTO};
         for (int mi = 0; mi < 2; mi++)
-            for (int ki = 0; ki < 2; ki++) {
+            for (int ki = 0; ki < 3; ki++) {
                 gres ra, rb;
                 gen(ma, da, Ks[ki], modes[mi], p, P, &ra);
                 gen(mb, db, Ks[ki], modes[mi], p, P, &rb);
                 if (memcmp(rb.ids, plain_a.ids, sizeof(int32_t) * NGEN))
                     fail_msg("case %zu: MTP (mode %d, K %d) greedy ids of %s differ from plain", i, modes[mi], Ks[ki], b);
+                if (Ks[ki] == INK_BLOCK_AUTO) continue;
                 /* the drafts are the same function too: same rounds, same accepted drafts */
                 assert_int_equal(ra.rounds, rb.rounds);
                 assert_int_equal(ra.drafted, rb.drafted);
