@@ -344,10 +344,37 @@ void ink_gen_free(ink_gen *g);
 /* On failure the run is over (no ink_gen_finish needed) and nothing was emitted. */
 int ink_gen_start(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,
                   int out_cap, ink_gen_stats *stats, ink_err *err);
+/* ink_gen_start in two parts, so a caller can spread a long prompt over several steps (a server
+ * interleaving one slot's prefill with other slots' decoding): ink_gen_begin validates and sets up
+ * (no forward; on failure the run is over); ink_gen_prefill feeds at most max_rows more prompt
+ * tokens (<= 0: all) and returns 1 while some remain, 0 once the prompt is in and the first token
+ * emitted (the run then steps as after ink_gen_start), or an error (the run is done; call
+ * ink_gen_finish). The prompt must stay valid until then. ink_gen_prefilling says whether a run is
+ * between the two (ink_gen_done is true then). Chunks do not change results: rows are computed
+ * independently. */
+int ink_gen_begin(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,
+                  int out_cap, ink_gen_stats *stats, ink_err *err);
+int ink_gen_prefill(ink_gen *g, int max_rows, ink_err *err);
+int ink_gen_prefilling(const ink_gen *g);
 /* One round; on failure the run is done (call ink_gen_finish). */
 int ink_gen_step(ink_gen *g, ink_err *err);
 int ink_gen_done(const ink_gen *g);  /* stop rule met, budget or context used up, or a step failed */
 int ink_gen_n_out(const ink_gen *g); /* tokens emitted so far in this run */
+/* The same round in two halves around its verify forward, so that a caller stepping several
+ * generators (a server's slots) can evaluate all their verify rows in one ink_batch_eval:
+ * ink_gen_step_begin plans and drafts the round and describes the rows to evaluate in *v (the
+ * session, the tokens, and the outputs to fill, all owned by the generator); it returns 1 when a
+ * verify is needed, 0 when the run is done (nothing to evaluate), or an error (the run is done).
+ * The caller evaluates exactly v->tokens[0..v->n_tokens) on v->session into v->out, then calls
+ * ink_gen_step_end with that evaluation's status. ink_gen_step = begin + ink_session_eval + end. */
+typedef struct ink_gen_verify {
+    ink_session *session;
+    const int32_t *tokens;
+    int n_tokens;
+    ink_eval_out out;
+} ink_gen_verify;
+int ink_gen_step_begin(ink_gen *g, ink_gen_verify *v, ink_err *err);
+int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err);
 /* Ends the run: final statistics; returns the run's status (INK_OK or a failed step's code). */
 int ink_gen_finish(ink_gen *g);
 int ink_gen_run(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,

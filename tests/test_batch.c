@@ -112,6 +112,84 @@ static void run_mix(int quant, int threads)
     ink_model_free(m);
 }
 
+/* Generators stepped in lockstep with their verify rows in one ink_batch_eval (what a server's slots
+ * do) emit exactly what each emits alone: plain, fixed K in both modes and auto K; greedy, and
+ * sampled with a fixed seed (fixed K: the same uniforms are drawn). */
+static void test_generators_batched_equal_alone(void **state)
+{
+    (void)state;
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.mtp_depth = 2, sp.n_mtp_local = 1, sp.mtp_file = 1;
+    char dir[256];
+    assert_int_equal(tu_tmpdir(dir, sizeof dir, "batch_gen"), 0);
+    assert_int_equal(tiny_write(dir, &sp), 0);
+    ink_model *m = NULL;
+    ink_err e = {0};
+    ink_model_opts mo = {.n_threads = 2};
+    assert_int_equal(ink_model_open(&m, dir, &mo, &e), 0);
+    enum { G = 4, N = 40 };
+    ink_session *s[G], *f;
+    ink_drafter *d[G];
+    ink_gen *g[G];
+    assert_int_equal(ink_session_create(&f, m, 512, &e), 0);
+    for (int i = 0; i < G; i++) {
+        assert_int_equal(ink_session_create(&s[i], m, 512, &e), 0);
+        assert_int_equal(ink_drafter_open(&d[i], m, dir, &e), 0);
+        assert_int_equal(ink_gen_create(&g[i], s[i], &e), 0);
+    }
+    ink_batch *bt;
+    assert_int_equal(ink_batch_create(&bt, m, G * 8, 512, &e), 0);
+    for (int temp = 0; temp < 2; temp++) {
+        ink_gen_opts o[G];
+        int32_t p[G][30], out[G][N], ref[N];
+        int P[G];
+        for (int i = 0; i < G; i++) {
+            P[i] = 5 + 7 * i;
+            for (int t = 0; t < P[i]; t++) p[i][t] = rnd(ink_model_n_vocab(m) - 8);
+            o[i] = (ink_gen_opts){.max_tokens = N, .sampling = {.temp = temp ? 0.8f : 0, .top_p = 1, .seed = 9 + i}};
+            o[i].drafter = i == 0 ? NULL : d[i];
+            o[i].block_size = i == 1 ? 3 : i == 2 ? 4 : 0; /* gen 3: auto (greedy only: auto K varies the uniforms) */
+            o[i].mtp_mode = i == 2 ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
+            o[i].capture_commit = i % 2;
+            if (temp && i == 3) o[i].block_size = 2;
+            /* the prefill in pieces of 5 rows (as a server spreads it over steps): same results */
+            assert_int_equal(ink_gen_begin(g[i], p[i], P[i], &o[i], out[i], N, NULL, &e), 0);
+            int rc, pieces = 0;
+            while ((rc = ink_gen_prefill(g[i], 5, &e)) == 1) pieces++;
+            assert_int_equal(rc, 0);
+            assert_int_equal(pieces, (P[i] - 1) / 5);
+        }
+        for (;;) {
+            ink_gen_verify v[G];
+            ink_session *ss[G];
+            const int32_t *tp[G];
+            int T[G], which[G], n = 0;
+            ink_eval_out outs[G];
+            for (int i = 0; i < G; i++) {
+                int rc = ink_gen_step_begin(g[i], &v[n], &e);
+                assert_true(rc >= 0);
+                if (rc == 1) ss[n] = v[n].session, tp[n] = v[n].tokens, T[n] = v[n].n_tokens, outs[n] = v[n].out, which[n++] = i;
+            }
+            if (!n) break;
+            int rc = ink_batch_eval(bt, ss, tp, T, outs, n, &e);
+            for (int k = 0; k < n; k++) assert_int_equal(ink_gen_step_end(g[which[k]], rc, &e), 0);
+        }
+        for (int i = 0; i < G; i++) {
+            int n_out = ink_gen_n_out(g[i]);
+            assert_int_equal(ink_gen_finish(g[i]), 0);
+            int nr;
+            assert_int_equal(ink_generate(f, p[i], P[i], &o[i], ref, N, &nr, NULL, &e), 0);
+            assert_int_equal(n_out, nr);
+            assert_memory_equal(out[i], ref, (size_t)nr * sizeof(int32_t));
+        }
+    }
+    ink_batch_free(bt);
+    for (int i = 0; i < G; i++) ink_gen_free(g[i]), ink_drafter_free(d[i]), ink_session_free(s[i]);
+    ink_session_free(f);
+    ink_model_free(m);
+}
+
 static void test_batch_f32_one_thread(void **state) { (void)state; run_mix(0, 1); }
 static void test_batch_f32_two_threads(void **state) { (void)state; run_mix(0, 2); }
 static void test_batch_q4_int8_activations(void **state) { (void)state; run_mix(1, 2); }
@@ -122,6 +200,7 @@ int main(void)
         cmocka_unit_test(test_batch_f32_one_thread),
         cmocka_unit_test(test_batch_f32_two_threads),
         cmocka_unit_test(test_batch_q4_int8_activations),
+        cmocka_unit_test(test_generators_batched_equal_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,13 +40,6 @@ static srv g_main;
 static ink_tokenizer *g_tok;
 static int g_asan;
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -69,7 +62,7 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *ud)
 {
     resp *r = ud;
     size_t n = sz * nm;
-    if (!r->n && n) r->t_first = now_s();
+    if (!r->n && n) r->t_first = ink_now_s();
     if (r->n + n + 1 > r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 4096;
         while (cap < r->n + n + 1) cap *= 2;
@@ -951,6 +944,72 @@ static void *bg_main(void *arg)
     return NULL;
 }
 
+/* Parallel slots (issue 18): with --parallel 3, three requests are generated at once (held after
+ * their first token: requests_processing reaches 3 on any machine), a fourth waits in the queue, a
+ * fifth gets 429; released, every answer equals the same request run alone afterwards (greedy:
+ * batching does not change a sequence's tokens), with and without MTP. */
+static void test_parallel_slots(void **state)
+{
+    (void)state;
+    srv s;
+    char args[1024], hold[256];
+    snprintf(hold, sizeof hold, "tests/tmp/hold-par-%d", (int)getpid());
+    unlink(hold);
+    snprintf(args, sizeof args, "-m %s -c 1024 --parallel 3 --queue-size 1 --debug-hold %s", g_plain, hold);
+    assert_int_equal(srv_start(&s, args), 0);
+    assert_int_equal(srv_ready(&s, NULL), 0);
+    hold_set(hold, 1);
+    static char bodies[4][8192];
+    for (int i = 0; i < 4; i++) {
+        /* request 1 has a 700-token prompt: its prefill is spread over engine steps */
+        char ids[6000] = "";
+        size_t o = 0;
+        for (int t = 0; t < (i == 1 ? 700 : 3); t++)
+            o += (size_t)snprintf(ids + o, sizeof ids - o, "%s%d", t ? "," : "", (5 + i + 37 * t) % 100);
+        snprintf(bodies[i], sizeof bodies[i],
+                 "{\"prompt\":[%s],\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true,\"return_token_ids\":true,"
+                 "\"speculative\":%s}", ids, i % 2 ? "true" : "false");
+    }
+    bg r[4];
+    for (int i = 0; i < 3; i++) {
+        r[i] = (bg){.port = s.port, .path = "/v1/completions", .body = bodies[i]};
+        pthread_create(&r[i].th, NULL, bg_main, &r[i]);
+    }
+    for (int i = 0; i < 6000 && metric(s.port, "inkling:requests_processing") < 3; i++) sleep_ms(10);
+    assert_true(metric(s.port, "inkling:requests_processing") == 3);
+    r[3] = (bg){.port = s.port, .path = "/v1/completions", .body = bodies[3]};
+    pthread_create(&r[3].th, NULL, bg_main, &r[3]);
+    for (int i = 0; i < 6000 && metric(s.port, "inkling:requests_deferred") < 1; i++) sleep_ms(10);
+    assert_true(metric(s.port, "inkling:requests_deferred") == 1);
+    long st;
+    json_t *c = post(s.port, "/v1/completions", "{\"prompt\":[7],\"max_tokens\":1}", &st);
+    assert_int_equal(st, 429);
+    json_decref(c);
+    hold_set(hold, 0);
+    char *ids[4];
+    for (int i = 0; i < 4; i++) {
+        pthread_join(r[i].th, NULL);
+        assert_int_equal(r[i].st, 200);
+        json_t *j = json_loads(r[i].r.body, 0, NULL);
+        assert_non_null(j);
+        json_t *t = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "token_ids");
+        assert_int_equal(json_array_size(t), 24);
+        ids[i] = json_dumps(t, JSON_COMPACT);
+        json_decref(j);
+        resp_free(&r[i].r);
+    }
+    for (int i = 0; i < 4; i++) { /* alone now: the server is idle */
+        json_t *j = post(s.port, "/v1/completions", bodies[i], &st);
+        assert_int_equal(st, 200);
+        char *alone = json_dumps(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "token_ids"), JSON_COMPACT);
+        assert_string_equal(alone, ids[i]);
+        free(alone), free(ids[i]);
+        json_decref(j);
+    }
+    assert_true(metric(s.port, "inkling:requests_processing") == 0);
+    assert_int_equal(srv_stop(&s), 0);
+}
+
 static void test_queue_full_429_and_pings(void **state)
 {
     (void)state;
@@ -960,7 +1019,7 @@ static void test_queue_full_429_and_pings(void **state)
      * before the test has looked, on any machine. */
     snprintf(hold, sizeof hold, "tests/tmp/hold-queue-%d", (int)getpid());
     unlink(hold);
-    snprintf(args, sizeof args, "-m %s -c 4096 --queue-size 1 --sse-ping-interval 0.02 --debug-hold %s", g_plain, hold);
+    snprintf(args, sizeof args, "-m %s -c 4096 --parallel 1 --queue-size 1 --sse-ping-interval 0.02 --debug-hold %s", g_plain, hold);
     assert_int_equal(srv_start(&s, args), 0);
     assert_int_equal(srv_ready(&s, NULL), 0);
     hold_set(hold, 1); /* after loading: the hold also applies before the load */
@@ -1233,10 +1292,10 @@ static void *load_main(void *arg)
         load_body(body, sizeof body, kind, p, stream || cancel, spec, cancel);
         resp r = {0};
         if (cancel) r.abort_on = kind == 0 ? "\"role\":\"assistant\"" : "\"token_ids\":[";
-        double t0 = now_s();
+        double t0 = ink_now_s();
         long st = http_h(kind == 0 ? hm : hc, kind == 0 ? g_main.port : g_load.port, "POST",
                          kind == 0 ? "/v1/chat/completions" : "/v1/completions", body, NULL, &r, cancel ? 0 : 300000);
-        double dt = now_s() - t0;
+        double dt = ink_now_s() - t0;
         if (cancel) {
             c->cancelled++;
             if (!r.aborted) c->bad++, fprintf(stderr, "# load: cancel target finished (%ld)\n", st);
@@ -1271,7 +1330,7 @@ static void load_round(int n_per_client, int *ok, int *bad, int *cancelled, doub
 {
     load_client cl[LOAD_CLIENTS];
     memset(cl, 0, sizeof cl);
-    double t0 = now_s();
+    double t0 = ink_now_s();
     for (int i = 0; i < LOAD_CLIENTS; i++) {
         cl[i].id = i, cl[i].n = n_per_client;
         pthread_create(&cl[i].th, NULL, load_main, &cl[i]);
@@ -1281,7 +1340,7 @@ static void load_round(int n_per_client, int *ok, int *bad, int *cancelled, doub
         *ok += cl[i].ok, *bad += cl[i].bad, *cancelled += cl[i].cancelled;
         for (int k = 0; k < cl[i].n_lat; k++) lat[(*n_lat)++] = cl[i].lat[k];
     }
-    *wall += now_s() - t0;
+    *wall += ink_now_s() - t0;
 }
 
 static void test_load(void **state)
@@ -1524,6 +1583,7 @@ int main(void)
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_queue_full_429_and_pings),
+        cmocka_unit_test(test_parallel_slots),
         cmocka_unit_test(test_api_key_and_body_limit),
         cmocka_unit_test(test_bind_loopback_default),
         cmocka_unit_test(test_curl_cli),

@@ -20,10 +20,10 @@ int ink_layer_kv_cap(const ink_layer_cfg *l, int n_ctx, int chunk)
     return cap < n_ctx ? cap : n_ctx;
 }
 
-int ink_layer_cache_init(ink_layer_cache *c, const ink_model *m, const ink_layer_cfg *l, int cap, ink_err *err)
+int ink_layer_cache_init(ink_layer_cache *c, const ink_config *cfg, const ink_layer_cfg *l, int cap, ink_err *err)
 {
     memset(c, 0, sizeof *c);
-    int S = m->cfg.conv_k - 1, H = m->cfg.hidden;
+    int S = cfg->conv_k - 1, H = cfg->hidden;
     c->cap = cap;
     c->kvw = l->n_kv * l->head_dim;
     c->conv_n[0] = c->conv_n[1] = S * c->kvw;

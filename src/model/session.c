@@ -26,9 +26,9 @@ int ink_session_create(ink_session **out, ink_model *m, int n_ctx, ink_err *err)
     }
     for (int i = 0; i < c->n_layer; i++) {
         int cap = ink_layer_kv_cap(&c->layers[i], n_ctx, INK_CHUNK);
-        if ((rc = ink_layer_cache_init(&s->lc[i], m, &c->layers[i], cap, err))) goto fail;
+        if ((rc = ink_layer_cache_init(&s->lc[i], &m->cfg, &c->layers[i], cap, err))) goto fail;
     }
-    if ((rc = ink_scratch_init(&s->sc, m, INK_CHUNK, n_ctx, err))) goto fail;
+    if ((rc = ink_scratch_init(&s->sc, &(ink_layer_env){&m->cfg, m->pool}, INK_CHUNK, n_ctx, err))) goto fail;
     size_t hb = (size_t)INK_CHUNK * c->hidden * sizeof(float);
     s->x = malloc(hb), s->xn = malloc(hb), s->tmp = malloc(hb);
     s->toks = malloc((size_t)n_ctx * sizeof *s->toks);
@@ -99,7 +99,7 @@ int ink_session_eval(ink_session *s, const int32_t *tokens, int T, ink_eval_out 
         if (tokens[t] < 0 || tokens[t] >= Vu)
             return ink_err_set(err, INK_E_INVAL, "token id %d (input position %d) is out of range: the vocabulary has %d ids",
                                tokens[t], t, Vu);
-    if (m->header_only) return ink_err_set(err, INK_E_INVAL, "the model was opened header-only (no tensor data)");
+    if (m->w.header_only) return ink_err_set(err, INK_E_INVAL, "the model was opened header-only (no tensor data)");
     ink_eval_out none = {0};
     if (!out) out = &none;
     for (int t0 = 0; t0 < T; t0 += s->sc.chunk) {
@@ -131,7 +131,7 @@ int ink_batch_create(ink_batch **out, ink_model *m, int max_rows, int n_ctx, ink
     ink_batch *b = calloc(1, sizeof *b);
     if (!b) return ink_err_set(err, INK_E_NOMEM, "out of memory");
     b->m = m, b->max_rows = max_rows, b->n_ctx = n_ctx;
-    int rc = ink_scratch_init(&b->sc, m, max_rows, n_ctx, err);
+    int rc = ink_scratch_init(&b->sc, &(ink_layer_env){&m->cfg, m->pool}, max_rows, n_ctx, err);
     if (rc) {
         free(b);
         return rc;
@@ -164,7 +164,7 @@ static int batch_check(const ink_batch *b, ink_session *const *ss, const int32_t
     const ink_model *m = b->m;
     int Vu = m->cfg.vocab_unpadded, rows = 0;
     if (n < 1) return ink_err_set(err, INK_E_INVAL, "a batch needs at least one session (got %d)", n);
-    if (m->header_only) return ink_err_set(err, INK_E_INVAL, "the model was opened header-only (no tensor data)");
+    if (m->w.header_only) return ink_err_set(err, INK_E_INVAL, "the model was opened header-only (no tensor data)");
     for (int i = 0; i < n; i++) {
         const ink_session *s = ss[i];
         if (s->m != m) return ink_err_set(err, INK_E_INVAL, "batch session %d runs another model", i);
@@ -205,9 +205,10 @@ int ink_batch_eval(ink_batch *b, ink_session *const *ss, const int32_t *const *t
     for (int i = 0; i < n; i++)
         if (outs && outs[i].embeddings)
             memcpy(outs[i].embeddings, b->x + (size_t)b->seg[i].t0 * H, (size_t)T[i] * H * sizeof(float));
+    ink_layer_env env = {&m->cfg, m->pool};
     for (int l = 0; l < L; l++) {
         for (int i = 0; i < n; i++) b->seg[i].c = &ss[i]->lc[l];
-        ink_layer_forward_segs(m, &m->layers[l], b->seg, n, b->x, R, &b->sc);
+        ink_layer_forward_segs(&env, &m->layers[l], b->seg, n, b->x, R, &b->sc);
         for (int i = 0; i < n; i++)
             if (outs && outs[i].layer_outputs)
                 memcpy(outs[i].layer_outputs + (size_t)l * T[i] * H, b->x + (size_t)b->seg[i].t0 * H,

@@ -7,8 +7,6 @@
 
 #include "model/model.h"
 
-#define INK_CHUNK 64 /* rows per internal forward: prefill chunk, verify width limit, rollback slack */
-
 struct ink_session {
     ink_model *m;
     int n_ctx, pos;

@@ -538,7 +538,7 @@ char *srv_metrics_text(ink_server *S)
     char line[512];
     pthread_mutex_lock(&S->mu);
     srv_metrics m = S->met;
-    int processing = S->running != NULL, queued = S->q_len;
+    int processing = S->n_active, queued = S->q_len;
     pthread_mutex_unlock(&S->mu);
 #define CNT(name, help, fmt, val)                                                                              \
     do {                                                                                                        \
