@@ -47,18 +47,19 @@ static int route_seq(ink_model *m, const int32_t *ids, int len, int **chosen /* 
     int L = c->n_layer, H = c->hidden, k = c->n_expert_used;
     ink_err e = {0};
     ink_scratch sc;
-    if (ink_scratch_init(&sc, m, CHUNK, len, &e)) return die("scratch", e.msg);
+    const ink_layer_env env = {&m->cfg, m->pool};
+    if (ink_scratch_init(&sc, &env, CHUNK, len, &e)) return die("scratch", e.msg);
     ink_layer_cache *lc = calloc((size_t)L, sizeof *lc);
     float *x = malloc((size_t)CHUNK * H * sizeof(float));
     if (!lc || !x) return die("out of memory", NULL);
     for (int l = 0; l < L; l++)
-        if (ink_layer_cache_init(&lc[l], m, &m->layers[l].cfg, ink_layer_kv_cap(&m->layers[l].cfg, len, CHUNK), &e))
+        if (ink_layer_cache_init(&lc[l], &m->cfg, &m->layers[l].cfg, ink_layer_kv_cap(&m->layers[l].cfg, len, CHUNK), &e))
             return die("cache", e.msg);
     for (int p = 0; p < len; p += CHUNK) {
         int n = len - p < CHUNK ? len - p : CHUNK;
         ink_embed(m, ids + p, n, x);
         for (int l = 0; l < L; l++) {
-            ink_layer_forward(m, &m->layers[l], &lc[l], p, x, n, &sc);
+            ink_layer_forward(&env, &m->layers[l], &lc[l], p, x, n, &sc);
             if (m->layers[l].cfg.moe) memcpy(chosen[l] + (size_t)p * k, sc.route_ids, (size_t)n * k * sizeof(int));
         }
         if (p + n == len) memcpy(x_out, x + (size_t)(n - 1) * H, (size_t)H * sizeof(float));
