@@ -112,6 +112,12 @@ bench: all
 	@$(BUILD)/tools/mkbench build/bench
 	./inkling bench -m build/bench/bf16 -m build/bench/q4
 
+# MTP vs plain on the bundled model and memory-bound twins (issue 16): scripts/bench-mtp --help;
+# BENCH_MTP_ARGS=--quick for a short run. Twins are written to build/twins/ (tools/twin.py).
+.PHONY: bench-mtp
+bench-mtp: all
+	@nice scripts/bench-mtp $(BENCH_MTP_ARGS)
+
 clean:
 	rm -rf build inkling
 
