@@ -40,6 +40,7 @@ enum ink_status {
     INK_E_CANCELLED = -7,   /* the caller cancelled the operation */
     INK_E_NET = -8,         /* network / HTTP failure */
     INK_E_NUMERIC = -9,     /* a computation produced NaN or infinity (e.g. a corrupt checkpoint) */
+    INK_E_ABSENT = -10,     /* the thing asked for is not there (ink_drafter_open: no MTP head) */
 };
 
 typedef struct ink_err {
@@ -201,6 +202,8 @@ typedef struct ink_drafter ink_drafter;
 #define INK_MAX_DEPTH 64
 /* Largest draft block size K (drafts + 1) the generator accepts: CLI and server share this range. */
 #define INK_MAX_BLOCK (INK_MAX_DEPTH + 1)
+/* ink_gen_opts.block_size: choose K per round (the default: zero-initialised options get it). */
+#define INK_BLOCK_AUTO 0
 
 enum ink_mtp_mode {
     INK_MTP_PER_DEPTH = 0, /* mode P: per-depth history (mtp.md 7.1-7.8), the semantics the head was trained with */
@@ -210,7 +213,9 @@ enum ink_mtp_mode {
 /* Opens the MTP head in `dir` for `target`: any directory whose safetensors hold model.mtp.layers.*
  * tensors (a full checkpoint: only the shards holding them are opened; or config.json +
  * mtp.safetensors). Detection is by tensor presence, never by a config flag alone. The target must
- * outlive the drafter. Caller frees with ink_drafter_free. */
+ * outlive the drafter. Caller frees with ink_drafter_free. Fails with INK_E_ABSENT (and a message
+ * saying so) when the directory holds no model.mtp.layers.* tensors at all: a model without a head,
+ * not a broken one. */
 int ink_drafter_open(ink_drafter **out, ink_model *target, const char *dir, ink_err *err);
 void ink_drafter_free(ink_drafter *d);
 int ink_drafter_n_depth(const ink_drafter *d);
@@ -247,7 +252,12 @@ typedef struct ink_gen_opts {
     int vocab_limit;           /* > 0: ids >= this are never sampled or drafted (tokenizer size) */
     ink_sampling sampling;
     ink_drafter *drafter;      /* NULL: plain decoding */
-    int block_size;            /* K: verify width (bonus + drafts); <= 0: depth + 2; 1: plain steps */
+    int block_size;            /* K: verify width (bonus + drafts); 1: plain steps; <= 0 (INK_BLOCK_AUTO):
+                                  chosen per round from this run's measured acceptance and costs */
+    int block_max;             /* auto: the widest K it may choose (<= 0: depth + 1 in mode P, depth + 2
+                                  in Compat-X); always within the session's rollback slack */
+    int (*choose_block)(void *ud, int round, int k_max); /* auto: if set, replaces the controller's
+                                  choice (clamped to 1..k_max): a hook for tests and experiments */
     int mtp_mode;              /* enum ink_mtp_mode */
     int capture_commit;        /* 1: rollback by capture-and-commit instead of restore + replay */
     int reuse_prefix;          /* 1: when the prompt extends what the session has consumed (and the
@@ -269,6 +279,17 @@ typedef struct ink_gen_stats {
     int reused_tokens;                       /* prompt tokens served from the session's state */
     double prefill_s, decode_s;              /* wall time of prefill and of everything after it */
     double draft_s, verify_s, rollback_s;    /* parts of decode_s */
+    /* every round (plain steps too) by its verify width k_eff: k_hist[1] counts the plain steps */
+    int k_hist[INK_MAX_BLOCK + 1];
+    /* the draft-length controller's view at the end of the run (with a drafter; auto or not):
+     * widths 1..ctl_kmax, per width the smoothed seconds per round c(K) (0: never measured),
+     * cost_n the rounds behind it, expected tokens per round E(K), and the predicted tokens per
+     * second E(K) / c(K) (with unmeasured widths estimated as the controller does); alpha[j] the
+     * smoothed conditional acceptance of draft j+1; ctl_best the width it would choose next. */
+    int auto_block, ctl_kmax, ctl_best;
+    double ctl_cost_s[INK_MAX_BLOCK + 1], ctl_expected[INK_MAX_BLOCK + 1], ctl_rate[INK_MAX_BLOCK + 1];
+    int ctl_cost_n[INK_MAX_BLOCK + 1];
+    double ctl_alpha[INK_MAX_DEPTH];
 } ink_gen_stats;
 
 /* Feeds the prompt (all of it, after a reset, unless reuse_prefix applies) and generates up to opts->max_tokens tokens into out[0..out_cap).

@@ -225,10 +225,25 @@ static void test_options_that_do_not_apply(void **state)
     assert_int_equal(run("%s generate -m %s -p hi --reasoning-effort bogus", tu_bin(), dir), 2);
     expect_err("--reasoning-effort");
     expect_err("bogus");
-    assert_int_equal(run("%s generate -m %s --prompt-ids 1,2 --draft-block-size 3", tu_bin(), dir), 2);
+    assert_int_equal(run("%s generate -m %s --prompt-ids 1,2 --draft-kind none --draft-block-size 3", tu_bin(), dir), 2);
     expect_err("--draft-block-size needs a drafter");
-    assert_int_equal(run("%s serve -m %s --draft-block-size 3", tu_bin(), dir), 2);
+    assert_int_equal(run("%s serve -m %s --draft-kind none --draft-block-size 3", tu_bin(), dir), 2);
     expect_err("--draft-block-size needs a drafter");
+    /* the default drafts with the model's head where there is one; without one, drafting options are refused */
+    char plain[256];
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.mtp_depth = 0;
+    assert_int_equal(tu_tmpdir(plain, sizeof plain, "robust_nohead"), 0);
+    assert_int_equal(tiny_write(plain, &sp), 0);
+    assert_int_equal(run("%s generate -m %s --prompt-ids 1,2 -n 3", tu_bin(), plain), 0);
+    assert_int_equal(run("%s generate -m %s --prompt-ids 1,2 --draft-max 3", tu_bin(), plain), 2);
+    expect_err("--draft-max needs a drafter");
+    expect_err("has no MTP head");
+    assert_int_equal(run("%s generate -m %s --prompt-ids 1,2 --draft-kind mtp", tu_bin(), plain), 1);
+    expect_err("no model.mtp.layers.* tensors");
+    assert_int_equal(run("%s generate -m %s --prompt-ids 1,2 --draft-block-size auto", tu_bin(), dir), 0);
+    assert_int_equal(run("%s generate -m %s --prompt-ids 1,2 --draft-block-size automatic", tu_bin(), dir), 2);
     /* one block-size range for the CLI and the server: 1..INK_MAX_BLOCK */
     char want[64];
     snprintf(want, sizeof want, "1..%d", INK_MAX_BLOCK);

@@ -180,6 +180,33 @@ static void test_raw_text_equals_token_path(void **state)
     unlink(sp);
     snprintf(sp, sizeof sp, "%s/inkling.json", dir);
     unlink(sp);
+    /* the default (no inkling.json, no flags): the model's head drafts with auto K; the stats show the
+     * widths chosen and the controller's estimates behind the choice */
+    snprintf(sp, sizeof sp, "%s/st.json", dir);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --raw -p 'hello world' -n 40 --temp 0 --ignore-eos --stats-json %s",
+             tu_bin(), dir, sp);
+    assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 0);
+    st = json_load_file(sp, 0, NULL);
+    assert_non_null(st);
+    const char *keys[] = {"prompt_tokens", "generated_tokens", "rounds", "drafted", "accepted", "mean_accepted_length",
+                          "acceptance_per_depth", "prefill_tok_s", "decode_tok_s", "k_hist", "controller"};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) assert_non_null(json_object_get(st, keys[k]));
+    assert_string_equal(json_string_value(json_object_get(st, "block_size")), "auto");
+    json_t *hist = json_object_get(st, "k_hist"), *ctl = json_object_get(st, "controller"), *hv;
+    const char *hk;
+    long steps = 0, spec_rounds = 0;
+    json_object_foreach(hist, hk, hv) {
+        steps += json_integer_value(hv);
+        if (atoi(hk) > 1) spec_rounds += json_integer_value(hv);
+    }
+    assert_int_equal(spec_rounds, json_integer_value(json_object_get(st, "rounds")));
+    assert_true(steps >= 1 && steps <= 39); /* 39 tokens after the first, each round emits >= 1 */
+    json_t *range = json_object_get(ctl, "k_range"), *per_k = json_object_get(ctl, "per_k");
+    assert_int_equal(json_integer_value(json_array_get(range, 1)), (long)json_array_size(per_k));
+    assert_int_equal(json_array_size(json_object_get(ctl, "acceptance")), json_array_size(per_k) - 1);
+    long k_best = json_integer_value(json_object_get(ctl, "k_best"));
+    assert_true(k_best >= 1 && k_best <= (long)json_array_size(per_k));
+    json_decref(st);
     /* -m owner/name resolves to the download cache */
     char cache[300];
     snprintf(cache, sizeof cache, "%s-cache", dir);

@@ -1,5 +1,6 @@
-/* test_gen.c — the generator's pure acceptance rules (gen/accept.h) on hand-computed arrays, and
- * the loop's non-finite-logits stop (a model whose embedding row of one token is NaN). */
+/* test_gen.c — the generator's pure acceptance rules (gen/accept.h) on hand-computed arrays, the
+ * draft-length controller (gen/autok.h) on synthetic costs and acceptance, and the loop's
+ * non-finite-logits stop (a model whose embedding row of one token is NaN). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +8,7 @@
 #include <cmocka.h>
 
 #include "gen/accept.h"
+#include "gen/autok.h"
 #include "inkling.h"
 #include "model/model.h"
 
@@ -112,6 +114,149 @@ static void test_accept_is_lossless(void **state)
  * (both rollback methods) emit up to X, then stop with INK_E_NUMERIC at X's position, P + 2; sampled
  * runs (plain and speculative) with X inside the prompt stop before emitting, at the prompt's last
  * position. */
+/* ---- the draft-length controller ------------------------------------------------------------ */
+
+/* A synthetic machine: a round of width K costs base + per_row * K + draft * (K - 1) seconds, and
+ * each draft is accepted with probability alpha (a deterministic LCG decides). Runs `rounds`
+ * rounds through the controller and returns the width it chose most in the last half. */
+typedef struct synth {
+    double base, per_row, draft, alpha;
+    uint64_t rng;
+} synth;
+
+static int synth_run(ink_autok *c, synth *m, int rounds, int *hist)
+{
+    int h[INK_MAX_BLOCK + 1] = {0};
+    for (int r = 0; r < rounds; r++) {
+        int K = ink_autok_choose(c), M = K - 1, a = 0;
+        assert_true(K >= 1 && K <= c->kmax);
+        while (a < M) {
+            m->rng = m->rng * 6364136223846793005ull + 1442695040888963407ull;
+            if ((double)(m->rng >> 11) / 9007199254740992.0 >= m->alpha) break;
+            a++;
+        }
+        double draft_s = m->draft * M;
+        ink_autok_observe(c, K, M, a, m->base + m->per_row * K + draft_s, draft_s);
+        if (r >= rounds / 2) h[K]++;
+    }
+    int best = 1;
+    for (int K = 1; K <= c->kmax; K++)
+        if (h[K] > h[best]) best = K;
+    if (hist) memcpy(hist, h, sizeof h);
+    return best;
+}
+
+/* The width that maximises E(K) / c(K) for the synthetic machine (exact expectation). */
+static int synth_best(const synth *m, int kmax, double *rate)
+{
+    int best = 1;
+    double br = 0;
+    for (int K = 1; K <= kmax; K++) {
+        double e = 0, run = 1;
+        for (int i = 0; i < K; i++) e += run, run *= m->alpha;
+        double r = e / (m->base + m->per_row * K + m->draft * (K - 1));
+        if (r > br) br = r, best = K;
+    }
+    if (rate) *rate = br;
+    return best;
+}
+
+static void test_autok_finds_the_best_width(void **state)
+{
+    (void)state;
+    /* memory-bound (rows nearly free, cheap drafts, high acceptance): a wide block; cache-resident
+     * (each row costs a full step): plain steps; in between: the analytic optimum */
+    synth cases[] = {
+        {1.0, 0.02, 0.03, 0.85, 1}, /* memory-bound */
+        {0.0, 1.00, 0.30, 0.60, 2}, /* cache-resident: verify of K rows costs K steps */
+        {1.0, 0.25, 0.10, 0.70, 3}, /* in between */
+        {1.0, 0.02, 0.03, 0.01, 4}, /* drafts almost never accepted */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ink_autok c;
+        ink_autok_init(&c, 8);
+        int want = synth_best(&cases[i], 8, NULL);
+        int hist[INK_MAX_BLOCK + 1];
+        int got = synth_run(&c, &cases[i], 2000, hist);
+        double best_rate, got_rate;
+        synth_best(&cases[i], 8, &best_rate);
+        synth one = cases[i];
+        one.alpha = cases[i].alpha;
+        {
+            double e = 0, run = 1;
+            for (int k = 0; k < got; k++) e += run, run *= one.alpha;
+            got_rate = e / (one.base + one.per_row * got + one.draft * (got - 1));
+        }
+        printf("  case %zu: best width %d, controller chose %d (%d of the last 1000 rounds), %.1f%% of the best rate\n", i,
+               want, got, hist[got], 100 * got_rate / best_rate);
+        if (i == 2) assert_true(got_rate >= 0.97 * best_rate); /* widths 2..4 are within 6 %: any near-best will do */
+        else {
+            assert_int_equal(got, want);
+            assert_true(hist[got] >= 850); /* exploration stays rare: about 1 round in 16 */
+            assert_int_equal(ink_autok_best(&c), want);
+        }
+    }
+    /* the memory-bound and cache-resident cases really differ (the test can fail) */
+    assert_true(synth_best(&cases[0], 8, NULL) >= 5 && synth_best(&cases[1], 8, NULL) == 1);
+}
+
+/* Within a few % of the best fixed width: the rate the controller achieves (expected tokens over
+ * the modelled cost of the widths it chose) against the best fixed width's. */
+static void test_autok_stays_close_to_best_fixed(void **state)
+{
+    (void)state;
+    synth m = {1.0, 0.05, 0.04, 0.8, 9};
+    ink_autok c;
+    ink_autok_init(&c, 8);
+    int hist[INK_MAX_BLOCK + 1];
+    synth_run(&c, &m, 4000, hist);
+    double best_rate, tok = 0, sec = 0;
+    synth_best(&m, 8, &best_rate);
+    for (int K = 1; K <= 8; K++) {
+        double e = 0, run = 1;
+        for (int i = 0; i < K; i++) e += run, run *= m.alpha;
+        tok += hist[K] * e, sec += hist[K] * (m.base + m.per_row * K + m.draft * (K - 1));
+    }
+    printf("  controller %.4f tokens/s-unit vs best fixed %.4f (%.1f%%)\n", tok / sec, best_rate, 100 * tok / sec / best_rate);
+    assert_true(tok / sec >= 0.97 * best_rate);
+}
+
+/* The text changes: acceptance falls from 0.9 to 0.05 (a repetitive passage, then free text) and
+ * rises again; the choice follows within a few dozen rounds each way. */
+static void test_autok_adapts_to_the_text(void **state)
+{
+    (void)state;
+    synth m = {1.0, 0.02, 0.03, 0.9, 11};
+    ink_autok c;
+    ink_autok_init(&c, 6);
+    assert_true(synth_run(&c, &m, 400, NULL) >= 5);
+    m.alpha = 0.05;
+    assert_int_equal(synth_run(&c, &m, 200, NULL), 1);
+    m.alpha = 0.9;
+    assert_true(synth_run(&c, &m, 400, NULL) >= 5); /* exploration of K = 2 brings it back */
+}
+
+static void test_autok_estimates(void **state)
+{
+    (void)state;
+    ink_autok c;
+    ink_autok_init(&c, 5);
+    assert_int_equal(ink_autok_choose(&c), 1);     /* nothing measured: a plain step first */
+    assert_true(ink_autok_cost(&c, 3) == 0);
+    ink_autok_observe(&c, 1, 0, 0, 2.0, 0);
+    ink_autok_observe(&c, 4, 3, 1, 5.0, 0.9);       /* drafts cost 0.3 s each; d1 kept, d2 rejected */
+    assert_true(fabs(c.alpha[0] - 1.0) < 1e-12 && fabs(c.alpha[1] - 0.0) < 1e-12);
+    assert_int_equal(c.alpha_n[2], 0);               /* d3 was never tested */
+    assert_true(fabs(ink_autok_cost(&c, 2) - 2.3) < 1e-12); /* optimistic: c(1) + one draft */
+    assert_true(fabs(ink_autok_cost(&c, 5) - 5.3) < 1e-12); /* beyond the widest measured */
+    assert_true(fabs(ink_autok_expected(&c, 3) - 2.0) < 1e-12); /* 1 + 1 + 1 * 0 */
+    /* an outlier (a preemption) is clipped once the estimate is established */
+    for (int i = 0; i < 4; i++) ink_autok_observe(&c, 1, 0, 0, 2.0, 0);
+    ink_autok_observe(&c, 1, 0, 0, 1000.0, 0);
+    /* the 6th sample of width 1 weighs 1/6, clipped to 8 x 2: 2 + 14 / 6 (unclipped: ~168) */
+    assert_true(fabs(ink_autok_cost(&c, 1) - (2.0 + 14.0 / 6)) < 1e-9);
+}
+
 static void test_nan_logits_stop_with_position(void **state)
 {
     (void)state;
@@ -209,6 +354,10 @@ int main(void)
         cmocka_unit_test(test_accept_draw),
         cmocka_unit_test(test_residual),
         cmocka_unit_test(test_accept_is_lossless),
+        cmocka_unit_test(test_autok_finds_the_best_width),
+        cmocka_unit_test(test_autok_stays_close_to_best_fixed),
+        cmocka_unit_test(test_autok_adapts_to_the_text),
+        cmocka_unit_test(test_autok_estimates),
         cmocka_unit_test(test_nan_logits_stop_with_position),
         cmocka_unit_test(test_generator_steps_equal_generate),
     };

@@ -436,6 +436,18 @@ static void check_usage_timings(json_t *doc, int spec)
     assert_int_equal(json_integer_value(json_object_get(t, "predicted_n")), ct);
     if (spec && ct > 1) assert_true(json_integer_value(json_object_get(t, "draft_n")) > 0);
     if (!spec) assert_int_equal(json_integer_value(json_object_get(t, "draft_n")), 0);
+    /* every round by its verify width: plain steps (K = 1) and speculative rounds add up */
+    json_t *hist = json_object_get(t, "draft_k_hist"), *hv;
+    assert_true(json_is_object(hist));
+    const char *hk;
+    long long spec_rounds = 0, all = 0;
+    json_object_foreach(hist, hk, hv) {
+        all += json_integer_value(hv);
+        if (atoi(hk) > 1) spec_rounds += json_integer_value(hv);
+    }
+    assert_int_equal(spec_rounds, json_integer_value(json_object_get(t, "draft_rounds")));
+    if (ct > 1) assert_true(all >= 1 && all <= ct - 1);
+    assert_true(json_is_number(json_object_get(t, "verify_ms")) && json_is_number(json_object_get(t, "draft_ms")));
 }
 
 static void test_chat_nonstream_and_stream(void **state)
@@ -494,7 +506,7 @@ static void test_greedy_spec_equals_plain(void **state)
 {
     (void)state;
     const char *spec[] = {"false", "true", "{\"block_size\":2}", "{\"block_size\":3,\"mtp_mode\":\"compat\"}",
-                          "{\"enabled\":true,\"mtp_mode\":\"compat\"}"};
+                          "{\"enabled\":true,\"mtp_mode\":\"compat\"}", "{\"block_size\":\"auto\"}"};
     for (int p = 0; p < 3; p++) {
         char *ref = NULL;
         for (size_t k = 0; k < sizeof spec / sizeof spec[0]; k++) {
@@ -840,7 +852,9 @@ static void test_metrics(void **state)
                            "inkling:tokens_predicted_seconds_total", "inkling:requests_processing", "inkling:requests_deferred",
                            "inkling:spec_decode_num_draft_tokens_total", "inkling:spec_decode_num_accepted_tokens_total",
                            "inkling:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"}",
-                           "inkling:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"}"};
+                           "inkling:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"}",
+                           "inkling:spec_decode_rounds_by_width_total{k=\"1\"}", "inkling:spec_decode_draft_seconds_total",
+                           "inkling:spec_decode_verify_seconds_total", "inkling:spec_decode_rollback_seconds_total"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (!strstr(r.body, names[i])) fail_msg("metric %s missing", names[i]);
     }

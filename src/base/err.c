@@ -29,6 +29,7 @@ const char *ink_status_str(int code)
     case INK_E_CANCELLED: return "cancelled";
     case INK_E_NET: return "network error";
     case INK_E_NUMERIC: return "numeric error";
+    case INK_E_ABSENT: return "not present";
     default: return "unknown error";
     }
 }

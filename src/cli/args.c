@@ -179,6 +179,32 @@ int cfg_generation(const char *dir, int set, double *temp, long *top_k, double *
     return rc;
 }
 
+int cfg_inkling(const char *dir, const char **kind, int set_kind, long *block, int set_block, long *dvocab, int set_dvocab)
+{
+    char p[4352];
+    int rc;
+    json_t *g = cfg_load(dir, "inkling.json", p, sizeof p, &rc), *v;
+    if (!g) return rc;
+    long bl = *block, dv = *dvocab;
+    json_t *bs = json_object_get(g, "draft_block_size");
+    int bs_auto = json_is_string(bs) && !strcmp(json_string_value(bs), "auto");
+    const char *k = (v = json_object_get(g, "draft_kind")) && json_is_string(v) ? json_string_value(v) : NULL;
+    if (v && !json_is_null(v) && (!k || (strcmp(k, "mtp") && strcmp(k, "none") && strcmp(k, "auto")))) {
+        fprintf(stderr, "inkling: %s: field draft_kind: expected \"auto\", \"none\" or \"mtp\"%s%s%s\n", p,
+                k ? ", found \"" : "", k ? k : "", k ? "\"" : "");
+        rc = 1;
+    } else if ((!bs_auto && cfg_int(p, g, "draft_block_size", 1, INK_MAX_BLOCK, &bl) < 0) ||
+               cfg_int(p, g, "draft_vocab", 0, 1L << 30, &dv) < 0)
+        rc = 1;
+    if (!rc) {
+        if (!set_kind && k) *kind = !strcmp(k, "mtp") ? "mtp" : !strcmp(k, "auto") ? "auto" : "none";
+        if (!set_block) *block = bs_auto ? 0 : bl;
+        if (!set_dvocab) *dvocab = dv;
+    }
+    json_decref(g);
+    return rc;
+}
+
 int cfg_generation_eos(const char *dir, int vocab)
 {
     char p[4352];

@@ -36,6 +36,11 @@ int cfg_int(const char *path, json_t *g, const char *key, long lo, long hi, long
  * returns 0, or 1 after an error naming the file and field (nothing is applied then). */
 enum { CFG_SET_TEMP = 1, CFG_SET_TOP_K = 2, CFG_SET_TOP_P = 4, CFG_SET_MIN_P = 8, CFG_SET_REP = 16 };
 int cfg_generation(const char *dir, int set, double *temp, long *top_k, double *top_p, double *min_p, double *rep);
+/* inkling.json engine defaults: {"draft_kind": "auto"|"mtp"|"none", "draft_block_size": K|"auto",
+ * "draft_vocab": N}, each applied only where set_* is 0 (the command line did not set it); *kind
+ * points at a static string; *block 0 means auto. Returns 0, or 1 after an error naming file and field
+ * (nothing is applied then). Shared by generate, chat and serve. */
+int cfg_inkling(const char *dir, const char **kind, int set_kind, long *block, int set_block, long *dvocab, int set_dvocab);
 /* generation_config.json's eos_token_id (int or list) must lie in 0..vocab-1; 0 ok, 1 after an error. */
 int cfg_generation_eos(const char *dir, int vocab);
 

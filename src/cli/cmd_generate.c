@@ -32,7 +32,7 @@ static void on_sigint(int sig)
 typedef struct gargs {
     const char *model, *ids, *prompt, *file, *system, *effort, *draft_kind, *draft_model, *mtp_mode;
     const char *stats_path, *trace_path;
-    long threads, n_ctx, n_gen, seed, top_k, block, last_n, draft_vocab;
+    long threads, n_ctx, n_gen, seed, top_k, block, last_n, draft_vocab, block_max; /* block 0: auto */
     double temp, top_p, min_p, rep, freq, pres;
     int set_temp, set_top_k, set_top_p, set_min_p, set_rep, set_draft, set_block, set_dvocab;
     int raw, special, show_reasoning, stop_eos, capture; /* capture: 1 capture-and-commit, 0 restore + replay */
@@ -43,7 +43,7 @@ typedef struct gargs {
 static void defaults(gargs *a)
 {
     memset(a, 0, sizeof *a);
-    a->draft_kind = "none", a->mtp_mode = "per-depth";
+    a->draft_kind = "auto", a->mtp_mode = "per-depth"; /* auto: the model's own MTP head where it has one */
     a->n_gen = -1, a->top_k = 40, a->last_n = 64;
     a->temp = 0.8, a->top_p = 0.95, a->min_p = 0.05, a->rep = 1.0;
     a->stop_eos = -1;
@@ -57,8 +57,8 @@ static void usage(FILE *f, const char *cmd)
                    "  text:     --system TEXT  --reasoning-effort E  --show-reasoning\n"
                    "  sampling: -n N  --temp T  --top-k K  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N\n"
                    "            --frequency-penalty F  --presence-penalty P  --seed S  --stop-eos | --ignore-eos\n"
-                   "  drafting: --draft-kind none|mtp  --draft-model DIR  --draft-block-size K  --mtp-mode per-depth|compat\n"
-                   "            --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
+                   "  drafting: --draft-kind auto|none|mtp  --draft-model DIR  --draft-block-size auto|K  --draft-max K\n"
+                   "            --mtp-mode per-depth|compat  --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
                    "  model:    -t/--threads N  -c N  --check-tensors   (without -m: the bundled default model)\n");
         return;
     }
@@ -67,8 +67,8 @@ static void usage(FILE *f, const char *cmd)
             "  text:     --raw (no chat template)  --system TEXT  --reasoning-effort E  --show-reasoning  --special\n"
             "  sampling: -n N  --temp T  --top-k K  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N\n"
             "            --frequency-penalty F  --presence-penalty P  --seed S  --stop-eos | --ignore-eos\n"
-            "  drafting: --draft-kind none|mtp  --draft-model DIR  --draft-block-size K  --mtp-mode per-depth|compat\n"
-            "            --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
+            "  drafting: --draft-kind auto|none|mtp  --draft-model DIR  --draft-block-size auto|K  --draft-max K\n"
+            "            --mtp-mode per-depth|compat  --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
             "  model:    -t/--threads N  -c N  --check-tensors  --activations auto|f32|int8   (without -m: the bundled default model)\n",
             cmd);
 }
@@ -113,14 +113,19 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
         else if (!strcmp(o, "--ignore-eos")) a->stop_eos = 0;
         else if (!strcmp(o, "--draft-kind")) {
             VAL();
-            if (strcmp(v, "none") && strcmp(v, "mtp")) {
-                fprintf(stderr, "inkling %s: --draft-kind must be none or mtp, found '%s'\n", cmd, v);
+            if (strcmp(v, "none") && strcmp(v, "mtp") && strcmp(v, "auto")) {
+                fprintf(stderr, "inkling %s: --draft-kind must be auto, none or mtp, found '%s'\n", cmd, v);
                 return 2;
             }
             a->draft_kind = v;
             a->set_draft = 1;
         } else if (!strcmp(o, "--draft-model")) { VAL(); a->draft_model = v; }
-        else if (!strcmp(o, "--draft-block-size")) { INT(a->block, 1, INK_MAX_BLOCK); a->set_block = 1; }
+        else if (!strcmp(o, "--draft-block-size")) {
+            VAL();
+            if (!strcmp(v, "auto")) a->block = 0;
+            else if (arg_int(o, v, 1, INK_MAX_BLOCK, &a->block)) return 2;
+            a->set_block = 1;
+        } else if (!strcmp(o, "--draft-max")) INT(a->block_max, 1, INK_MAX_BLOCK);
         else if (!strcmp(o, "--mtp-mode")) {
             VAL();
             if (strcmp(v, "per-depth") && strcmp(v, "compat")) {
@@ -156,32 +161,11 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
     return 0;
 }
 
-/* inkling.json of a model directory may name engine defaults the command line did not set:
- * {"draft_kind": "mtp", "draft_block_size": K, "draft_vocab": N} (a model drafts by default only
- * where its benchmark shows that it pays). Invalid JSON or a bad field is an error naming both. */
+/* inkling.json of a model directory may name engine defaults the command line did not set
+ * (cfg_inkling). Invalid JSON or a bad field is an error naming both. */
 static int apply_inkling_json(gargs *a, const char *dir)
 {
-    char p[4352];
-    int rc;
-    json_t *g = cfg_load(dir, "inkling.json", p, sizeof p, &rc), *v;
-    if (!g) return rc;
-    long block = a->block, dv = a->draft_vocab;
-    if ((v = json_object_get(g, "draft_kind")) &&
-        (!json_is_string(v) || (strcmp(json_string_value(v), "mtp") && strcmp(json_string_value(v), "none")))) {
-        fprintf(stderr, "inkling: %s: field draft_kind: expected \"none\" or \"mtp\"%s%s%s\n", p,
-                json_is_string(v) ? ", found \"" : "", json_is_string(v) ? json_string_value(v) : "",
-                json_is_string(v) ? "\"" : "");
-        rc = 1;
-    } else if (cfg_int(p, g, "draft_block_size", 1, INK_MAX_BLOCK, &block) < 0 ||
-               cfg_int(p, g, "draft_vocab", 0, 1L << 30, &dv) < 0)
-        rc = 1;
-    if (!rc) {
-        if (!a->set_draft && v) a->draft_kind = !strcmp(json_string_value(v), "mtp") ? "mtp" : "none";
-        if (!a->set_block) a->block = block;
-        if (!a->set_dvocab) a->draft_vocab = dv;
-    }
-    json_decref(g);
-    return rc;
+    return cfg_inkling(dir, &a->draft_kind, a->set_draft, &a->block, a->set_block, &a->draft_vocab, a->set_dvocab);
 }
 
 /* generation_config.json of the model supplies sampling defaults the command line did not set. */
@@ -218,14 +202,19 @@ static int check_applies(const gargs *a, const char *cmd, int text, int raw)
     return 0;
 }
 
-/* Drafting options given on the command line without a drafter are refused. */
-static int check_drafting(const gargs *a, const char *cmd)
+/* Drafting options given on the command line without a drafter are refused: with --draft-kind none,
+ * or (no_head) when the default found no MTP head in the model. */
+static int check_drafting(const gargs *a, const char *cmd, int no_head, const char *dir)
 {
-    if (!strcmp(a->draft_kind, "mtp")) return 0;
-    const char *bad = a->set_block ? "--draft-block-size" : a->draft_model ? "--draft-model" : a->set_dvocab ? "--draft-vocab"
-                      : a->set_mtp_mode ? "--mtp-mode" : a->set_rollback ? "--rollback" : NULL;
+    if (!no_head && strcmp(a->draft_kind, "none")) return 0;
+    const char *bad = a->set_block ? "--draft-block-size" : a->block_max ? "--draft-max" : a->draft_model ? "--draft-model"
+                      : a->set_dvocab ? "--draft-vocab" : a->set_mtp_mode ? "--mtp-mode" : a->set_rollback ? "--rollback" : NULL;
     if (!bad) return 0;
-    fprintf(stderr, "inkling %s: %s needs a drafter (--draft-kind mtp, or a model whose inkling.json sets it)\n", cmd, bad);
+    if (no_head)
+        fprintf(stderr, "inkling %s: %s needs a drafter, and %s has no MTP head (no model.mtp.layers.* tensors)\n", cmd,
+                bad, dir);
+    else
+        fprintf(stderr, "inkling %s: %s needs a drafter (not with --draft-kind none)\n", cmd, bad);
     return 2;
 }
 
@@ -298,6 +287,29 @@ static void trace_round(void *ud, const ink_round *r)
     fprintf(f, "], \"bonus\": %d, \"bonus_emitted\": %s}\n", r->bonus, r->bonus_emitted ? "true" : "false");
 }
 
+/* The rounds by verify width and the draft-length controller's view: enough to see why auto chose
+ * what it chose (tokens per round E(K), seconds per round c(K), and their ratio). */
+static void write_controller(FILE *f, const ink_gen_stats *st)
+{
+    fprintf(f, "  \"k_hist\": {");
+    for (int K = 1, first = 1; K <= INK_MAX_BLOCK; K++)
+        if (st->k_hist[K]) fprintf(f, "%s\"%d\": %d", first ? "" : ", ", K, st->k_hist[K]), first = 0;
+    fprintf(f, "},\n  \"controller\": {");
+    if (st->ctl_kmax > 0) {
+        fprintf(f, "\"k_range\": [1, %d], \"k_best\": %d,\n    \"acceptance\": [", st->ctl_kmax, st->ctl_best);
+        for (int j = 0; j + 1 < st->ctl_kmax; j++)
+            if (st->ctl_alpha[j] < 0) fprintf(f, "%snull", j ? ", " : "");
+            else fprintf(f, "%s%.4f", j ? ", " : "", st->ctl_alpha[j]);
+        fprintf(f, "],\n    \"per_k\": [");
+        for (int K = 1; K <= st->ctl_kmax; K++)
+            fprintf(f, "%s\n      {\"k\": %d, \"rounds_measured\": %d, \"cost_ms\": %.5f, \"expected_tokens\": %.4f, "
+                       "\"predicted_tok_s\": %.1f}",
+                    K > 1 ? "," : "", K, st->ctl_cost_n[K], st->ctl_cost_s[K] * 1e3, st->ctl_expected[K], st->ctl_rate[K]);
+        fprintf(f, "\n    ]");
+    }
+    fprintf(f, "}\n}\n");
+}
+
 static int write_stats(const char *path, const ink_gen_stats *st, const char *mode, int depth, long dvocab, int capture)
 {
     FILE *f = fopen(path, "w");
@@ -306,6 +318,9 @@ static int write_stats(const char *path, const ink_gen_stats *st, const char *mo
         return 1;
     }
     double dec = st->generated_tokens > 1 ? (st->generated_tokens - 1) / fmax(st->decode_s, 1e-9) : 0;
+    char bs[16];
+    if (st->auto_block) snprintf(bs, sizeof bs, "\"auto\"");
+    else snprintf(bs, sizeof bs, "%d", st->k_requested);
     fprintf(f, "{\n  \"prompt_tokens\": %d,\n  \"generated_tokens\": %d,\n  \"rounds\": %d,\n  \"drafted\": %d,\n"
                "  \"accepted\": %d,\n  \"mean_accepted_length\": %.6f,\n  \"acceptance_per_depth\": [",
             st->prompt_tokens, st->generated_tokens, st->rounds, st->drafted, st->accepted,
@@ -318,17 +333,18 @@ static int write_stats(const char *path, const ink_gen_stats *st, const char *mo
     for (int j = 0; j < st->n_pos; j++) fprintf(f, "%s%d", j ? ", " : "", st->pos_accepted[j]);
     fprintf(f, "],\n  \"acceptance_rate\": %.6f,\n  \"prefill_tok_s\": %.3f,\n  \"decode_tok_s\": %.3f,\n"
                "  \"prefill_s\": %.6f,\n  \"decode_s\": %.6f,\n  \"draft_s\": %.6f,\n  \"verify_s\": %.6f,\n"
-               "  \"rollback_s\": %.6f,\n  \"block_size\": %d,\n  \"k_min\": %d,\n  \"k_max\": %d,\n"
+               "  \"rollback_s\": %.6f,\n  \"block_size\": %s,\n  \"k_min\": %d,\n  \"k_max\": %d,\n"
                "  \"zero_accept_rounds\": %d,\n  \"partial_accept_rounds\": %d,\n  \"full_accept_rounds\": %d,\n"
                "  \"mtp_mode\": \"%s\",\n  \"mtp_depth\": %d,\n  \"reused_prompt_tokens\": %d,\n"
                "  \"plain_equivalent_forwards\": %d,\n  \"target_forwards\": %d,\n  \"draft_vocab\": %ld,\n"
-               "  \"rollback\": \"%s\"\n}\n",
+               "  \"rollback\": \"%s\",\n",
             st->drafted ? (double)st->accepted / st->drafted : 0.0, st->prompt_tokens / fmax(st->prefill_s, 1e-9), dec,
-            st->prefill_s, st->decode_s, st->draft_s, st->verify_s, st->rollback_s, st->k_requested, st->k_min,
+            st->prefill_s, st->decode_s, st->draft_s, st->verify_s, st->rollback_s, bs, st->k_min,
             st->k_max, st->zero_accept, st->partial_accept, st->full_accept, mode, depth, st->reused_tokens,
             st->generated_tokens > 0 ? st->generated_tokens - 1 : 0,
             st->generated_tokens > 0 ? st->generated_tokens - 1 - st->round_emitted + st->rounds : 0, dvocab,
             capture ? "commit" : "replay");
+    write_controller(f, st);
     return fclose(f) != 0;
 }
 
@@ -385,7 +401,7 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     /* token mode keeps the reference's sampling defaults: generation_config.json is validated only */
     gargs scratch = *a;
     if (apply_generation_config(need_tok ? a : &scratch, r->dir) || apply_inkling_json(a, r->dir)) return 1;
-    if (check_drafting(a, r->cmd)) return 2;
+    if (check_drafting(a, r->cmd, 0, r->dir)) return 2;
     if (a->stats_path && arg_out_file("--stats-json", a->stats_path)) return 1;
     if (a->trace_path && arg_out_file("--trace", a->trace_path)) return 1;
     if (isatty(2)) fprintf(stderr, "loading %s ...\r", r->dir);
@@ -394,7 +410,15 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     if (a->check_tensors && ink_model_check_tensors(r->m, &r->e)) return cli_fail(&r->e);
     if (cfg_generation_eos(r->dir, ink_model_n_vocab(r->m))) return 1;
     const char *ddir = a->draft_model ? ink_cli_model_dir(a->draft_model) : r->dir;
-    if (!strcmp(a->draft_kind, "mtp") && ink_drafter_open(&r->d, r->m, ddir, &r->e)) return cli_fail(&r->e);
+    if (strcmp(a->draft_kind, "none")) {
+        int rc = ink_drafter_open(&r->d, r->m, ddir, &r->e);
+        /* the default drafts with the model's own head where it has one, and decodes plainly where not */
+        if (rc == INK_E_ABSENT && !strcmp(a->draft_kind, "auto") && !a->draft_model) {
+            if (check_drafting(a, r->cmd, 1, ddir)) return 2;
+            r->e = (ink_err){0};
+        } else if (rc)
+            return cli_fail(&r->e);
+    }
     char dvp[4200];
     snprintf(dvp, sizeof dvp, "%s/draft_vocab.json", ddir ? ddir : "");
     /* a default from inkling.json applies only where the drafter directory has the ranking */
@@ -415,6 +439,7 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
                                  .penalty_last_n = (int)a->last_n};
     o->drafter = r->d;
     o->block_size = (int)a->block;
+    o->block_max = (int)a->block_max;
     o->mtp_mode = !strcmp(a->mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
     o->capture_commit = a->capture;
     o->cancel = &cancel_flag;

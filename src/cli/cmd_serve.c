@@ -34,8 +34,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: inkling serve [-m DIR|OWNER/NAME] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--alias NAME]\n"
-            "         [-c N] [-t/--threads N] [--activations auto|f32|int8] [--draft-kind none|mtp] [--draft-model DIR] [--draft-block-size K]\n"
-            "         [--draft-vocab N] [--rollback commit|replay]\n"
+            "         [-c N] [-t/--threads N] [--activations auto|f32|int8] [--draft-kind auto|none|mtp] [--draft-model DIR]\n"
+            "         [--draft-block-size auto|K] [--draft-max K] [--draft-vocab N] [--rollback commit|replay]\n"
             "         [--mtp-mode per-depth|compat] [--spec-default on|off] [-n N] [--temp T] [--top-k K]\n"
             "         [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--frequency-penalty F]\n"
             "         [--presence-penalty P] [--repeat-last-n N] [--reasoning-effort E] [--queue-size N]\n"
@@ -83,8 +83,10 @@ static int resolve_host(const char *host, char *out, size_t n)
 int cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *draft_model = NULL, *effort = NULL;
-    const char *draft_kind = "none", *mtp_mode = "per-depth", *hold = NULL;
+    const char *draft_kind = "auto", *mtp_mode = "per-depth", *hold = NULL;
     int act = INK_ACT_AUTO;
+    int set_kind = 0, set_block = 0, set_dvocab = 0;
+    long block_max = 0;
     long port = 8080, threads = 0, n_ctx = 0, block = 0, dvocab = 0, replay = 0, queue = 8, max_conn = 64, timeout = 120, n_predict = -1;
     long top_k = 40, seed = 0, last_n = 64, body_limit = 8L << 20;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, freq = 0.0, pres = 0.0, ping = 15;
@@ -121,17 +123,22 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--draft-kind") || !strcmp(a, "--spec-type")) {
             VAL();
             if (!strcmp(v, "draft-mtp")) v = "mtp";
-            if (strcmp(v, "none") && strcmp(v, "mtp")) {
-                fprintf(stderr, "inkling serve: %s must be none or mtp, found '%s'\n", a, v);
+            if (strcmp(v, "none") && strcmp(v, "mtp") && strcmp(v, "auto")) {
+                fprintf(stderr, "inkling serve: %s must be auto, none or mtp, found '%s'\n", a, v);
                 return 2;
             }
-            draft_kind = v;
-        } else if (!strcmp(a, "--mtp")) draft_kind = "mtp";
+            draft_kind = v, set_kind = 1;
+        } else if (!strcmp(a, "--mtp")) draft_kind = "mtp", set_kind = 1;
         else if (!strcmp(a, "--draft-model")) {
             VAL();
             draft_model = v;
-        } else if (!strcmp(a, "--draft-block-size")) INT(1, INK_MAX_BLOCK, block);
-        else if (!strcmp(a, "--draft-vocab")) INT(0, 1L << 30, dvocab);
+        } else if (!strcmp(a, "--draft-block-size")) {
+            VAL();
+            if (!strcmp(v, "auto")) block = 0;
+            else if (arg_int(a, v, 1, INK_MAX_BLOCK, &block)) return 2;
+            set_block = 1;
+        } else if (!strcmp(a, "--draft-max")) INT(1, INK_MAX_BLOCK, block_max);
+        else if (!strcmp(a, "--draft-vocab")) { INT(0, 1L << 30, dvocab); set_dvocab = 1; }
         else if (!strcmp(a, "--rollback")) {
             VAL();
             if (strcmp(v, "commit") && strcmp(v, "replay")) {
@@ -228,10 +235,16 @@ int cmd_serve(int argc, char **argv)
     }
     if (arg_model_dir("-m", dir)) return 1;
     if (cfg_generation(dir, set, &temp, &top_k, &top_p, &min_p, &rep)) return 1;
-    if (!strcmp(draft_kind, "none") && block) {
-        fprintf(stderr, "inkling serve: --draft-block-size needs a drafter (--draft-kind mtp)\n");
+    if (cfg_inkling(dir, &draft_kind, set_kind, &block, set_block, &dvocab, set_dvocab)) return 1;
+    if (!strcmp(draft_kind, "none") && (set_block || block_max)) {
+        fprintf(stderr, "inkling serve: %s needs a drafter (not with --draft-kind none)\n",
+                set_block ? "--draft-block-size" : "--draft-max");
         return 2;
     }
+    /* a draft vocabulary named by inkling.json applies only where the drafter directory has the ranking */
+    char dvp[4200];
+    snprintf(dvp, sizeof dvp, "%s/draft_vocab.json", draft_model ? draft_model : dir);
+    if (dvocab > 0 && !set_dvocab && access(dvp, F_OK) != 0) dvocab = 0;
     /* names resolve here (the server binds numeric addresses): localhost, a host name */
     char hostbuf[INET6_ADDRSTRLEN];
     if (resolve_host(host, hostbuf, sizeof hostbuf)) return 1;
@@ -244,7 +257,11 @@ int cmd_serve(int argc, char **argv)
     ink_server_opts o = {0};
     o.host = host, o.port = (int)port, o.api_key = api_key, o.model_dir = dir;
     o.model_id = alias ? alias : model;
-    o.draft = !strcmp(draft_kind, "mtp"), o.draft_dir = draft_model, o.spec_default = spec_default;
+    /* auto: the model's own head where it has one (a named --draft-model must have one) */
+    o.draft = !strcmp(draft_kind, "none") ? 0 : !strcmp(draft_kind, "mtp") || draft_model ? 1 : 2;
+    o.draft_opts_set = set_block || block_max > 0 || set_dvocab;
+    o.block_max = (int)block_max;
+    o.draft_dir = draft_model, o.spec_default = spec_default;
     o.draft_vocab = (int)dvocab, o.rollback_replay = (int)replay;
     o.block_size = (int)block, o.mtp_mode = !strcmp(mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
     o.activations = act;

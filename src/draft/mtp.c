@@ -91,7 +91,7 @@ int ink_drafter_open(ink_drafter **out, ink_model *target, const char *dir, ink_
         if (q && atoi(q) + 1 > blocks) blocks = atoi(q) + 1;
     }
     if (!blocks) {
-        rc = ink_err_set(err, INK_E_FORMAT, "%s: not an MTP drafter: the directory has no model.mtp.layers.* tensors%s",
+        rc = ink_err_set(err, INK_E_ABSENT, "%s: not an MTP drafter: the directory has no model.mtp.layers.* tensors%s",
                          dir, c->has_mtp_config ? " (config.json has mtp_config, but a config flag alone is not a drafter)" : "");
         goto fail;
     }

@@ -19,6 +19,7 @@
  * long prompt never needs more than about 2 CH rows of any ring. */
 #include "draft/mtp.h"
 #include "gen/accept.h"
+#include "gen/autok.h"
 #include "sample/sampler.h"
 
 #include <float.h>
@@ -75,11 +76,18 @@ struct ink_gen {
     /* the round in progress */
     int k_eff, M, a, e, bonus_emitted;
     int32_t bonus, vin[INK_MAX_DEPTH + 2];
+    /* the adaptive draft length (gen/autok.h): kept across runs while drafter, mode and range match */
+    int autok, k_next, seed_stale;
+    double carry_s;
+    ink_autok ak;
+    const ink_drafter *ak_drafter;
+    int ak_mode, ak_kmax;
 };
 typedef struct ink_gen gen;
 
 #define RING 256 /* > 2 * CH + K + D: rows the pipeline and a round can need */
 #define CH 64
+#define LAG 48   /* auto K: depths a round does not draft with catch up once they lag this many rows */
 
 static float *hrow(const gen *g, int p) { return g->hist + (size_t)(p % RING) * g->H; }
 static float *orow(const gen *g, int m, int p) { return g->outr + ((size_t)m * RING + p % RING) * g->H; }
@@ -157,6 +165,22 @@ static void catch_up(gen *g, int last_row, int last_tok)
     }
 }
 
+/* Rows the deepest maintained depth lags behind row n-1 (mode P: depth Mmax-1; Compat-X: block 0). */
+static int lag(const gen *g, int n)
+{
+    int m = g->compat ? 0 : g->Mmax - 1;
+    return n - 1 - m - g->F[m];
+}
+
+/* Depths a round does not draft with: with a fixed K they follow every round; under auto K they
+ * catch up in batches of about LAG rows (one pass over a depth's weights for many rows, which is
+ * what makes a plain step under auto nearly as cheap as plain decoding). Rows are computed the same
+ * either way, so the drafts do not depend on when a depth caught up. */
+static void follow(gen *g, int n)
+{
+    if (!g->autok || lag(g, n) >= LAG) catch_up(g, n - 1, n);
+}
+
 /* ---- mode P draft phase (mtp.md 7.3) ---------------------------------------------------- */
 
 /* Depth m's rows F[m] .. n-1 (at most CH) in one forward: the committed ones (token x_{p+m+1} known,
@@ -197,7 +221,7 @@ static void draft_per_depth(gen *g, int n, int M)
         g->seq[n + 1 + m] = g->drafts[m];
         g->blocks[m] = m;
     }
-    if (M < g->Mmax) catch_up(g, n - 1, n); /* depths this clamped round does not draft with */
+    if (M < g->Mmax) follow(g, n); /* depths this clamped round does not draft with */
 }
 
 /* ---- Compat-X (mtp.md 7.9) -------------------------------------------------------------- */
@@ -336,13 +360,38 @@ static void configure(gen *g, const ink_gen_opts *o, ink_gen_stats *st)
     g->rng = o->sampling.seed;
     int slack = ink_session_rollback_slack(g->s);
     g->n_ctx = ink_session_n_ctx(g->s);
-    g->K = g->d ? (o->block_size > 0 ? o->block_size : g->D + 2) : 1;
+    g->autok = g->d && o->block_size <= 0;
+    if (!g->d) g->K = 1;
+    else if (!g->autok) g->K = o->block_size;
+    else {
+        int def = g->mode == INK_MTP_COMPAT ? g->D + 2 : g->D + 1;
+        g->K = o->block_max > 0 ? o->block_max : def;
+        if (g->mode != INK_MTP_COMPAT && g->K > g->D + 1) g->K = g->D + 1; /* mode P drafts at most D */
+    }
     if (g->K > slack) g->K = slack;
     if (g->K > INK_MAX_DEPTH + 1) g->K = INK_MAX_DEPTH + 1;
+    if (g->K < 1) g->K = 1;
     g->Mmax = g->d ? (g->mode == INK_MTP_COMPAT ? g->K - 1 : (g->K - 1 < g->D ? g->K - 1 : g->D)) : 0;
     g->compat = g->d && g->mode == INK_MTP_COMPAT;
     g->track = g->d && g->Mmax > 0; /* the drafter needs the target's hidden rows */
-    st->prompt_tokens = 0, st->k_requested = g->K, st->n_pos = g->Mmax, st->k_min = INT32_MAX;
+    st->prompt_tokens = 0, st->k_requested = g->autok ? 0 : g->K, st->n_pos = g->Mmax, st->k_min = INT32_MAX;
+    st->auto_block = g->autok;
+    if (g->d && (g->ak_drafter != g->d || g->ak_mode != g->mode || g->ak_kmax != g->K)) {
+        ink_autok_init(&g->ak, g->K); /* what was measured with another drafter, mode or range is void */
+        g->ak_drafter = g->d, g->ak_mode = g->mode, g->ak_kmax = g->K;
+    }
+    g->seed_stale = 0, g->carry_s = 0;
+}
+
+/* The width of the next round: fixed, the test hook's, or the controller's. */
+static int next_width(gen *g)
+{
+    if (!g->autok) return g->K;
+    if (g->o->choose_block) {
+        int k = g->o->choose_block(g->o->ud, g->st->rounds + g->st->k_hist[1], g->K);
+        return k < 1 ? 1 : k > g->K ? g->K : k;
+    }
+    return ink_autok_choose(&g->ak);
 }
 
 /* Where a target forward puts the hidden rows the drafter reads (postnorm P, prenorm Compat-X). */
@@ -378,7 +427,7 @@ static int prefill(gen *g, const int32_t *prompt, int c0, int P, ink_err *err)
 static int plan(gen *g)
 {
     int budget = g->o->max_tokens - g->n_out;
-    int k_eff = g->K < budget + 1 ? g->K : budget + 1;
+    int k_eff = g->k_next < budget + 1 ? g->k_next : budget + 1;
     if (k_eff > g->n_ctx - g->n) k_eff = g->n_ctx - g->n;
     if (k_eff < 1) return 0; /* context full */
     g->k_eff = k_eff;
@@ -389,10 +438,11 @@ static int plan(gen *g)
 static void draft(gen *g)
 {
     if (g->M > 0) {
+        if (g->compat && g->seed_stale) compat_update(g, g->n), g->seed_stale = 0;
         if (g->compat) draft_compat(g, g->n, g->M);
         else draft_per_depth(g, g->n, g->M);
     } else if (g->d && !g->compat && g->Mmax > 0) {
-        catch_up(g, g->n - 1, g->n); /* keep the frontiers moving while drafting is clamped off */
+        follow(g, g->n); /* keep the frontiers moving while drafting is clamped off */
     }
 }
 
@@ -471,13 +521,22 @@ static void drafter_update(gen *g)
         ink_depth_restore(g->d, 0);
         for (int b = 1; b < g->D; b++) ink_depth_clear(g->d, b);
     }
-    compat_update(g, g->n + g->e);
+    int n = g->n + g->e;
+    if (g->autok && g->k_next < 2) { /* no draft next round: the seed waits until one is wanted */
+        g->seed_stale = 1;
+        follow(g, n);
+    } else {
+        compat_update(g, n);
+        g->seed_stale = 0;
+    }
 }
 
 static void record(gen *g, double ta, double tb, double tc, double td)
 {
     ink_gen_stats *st = g->st;
     int M = g->M, a = g->a;
+    st->k_hist[g->k_eff]++;
+    if (g->d && !g->autok) ink_autok_observe(&g->ak, g->k_eff, M, a, td - ta, tb - ta); /* auto: in ink_gen_step */
     if (M == 0) return;
     st->rounds++, st->drafted += M, st->accepted += a, st->round_emitted += g->e;
     if (g->k_eff < st->k_min) st->k_min = g->k_eff;
@@ -492,6 +551,20 @@ static void record(gen *g, double ta, double tb, double tc, double td)
                        g->e,           g->emitted, g->bonus, g->bonus_emitted};
         g->o->on_round(g->o->ud, &r);
     }
+}
+
+/* The controller's estimates into the run's statistics (why auto chose what it chose). */
+static void report_controller(const gen *g, ink_gen_stats *st)
+{
+    const ink_autok *c = &g->ak;
+    st->ctl_kmax = c->kmax, st->ctl_best = ink_autok_best(c);
+    for (int K = 1; K <= c->kmax; K++) {
+        double cost = ink_autok_cost(c, K);
+        st->ctl_cost_s[K] = c->cost_n[K] ? c->cost[K] : 0, st->ctl_cost_n[K] = c->cost_n[K];
+        st->ctl_expected[K] = ink_autok_expected(c, K);
+        st->ctl_rate[K] = cost > 0 ? st->ctl_expected[K] / cost : 0;
+    }
+    for (int j = 0; j + 1 < c->kmax && j < INK_MAX_DEPTH; j++) st->ctl_alpha[j] = c->alpha_n[j] ? c->alpha[j] : -1;
 }
 
 /* ---- the generator ------------------------------------------------------------------------- */
@@ -554,7 +627,11 @@ int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *
         g->seq[g->n] = pick(g, g->logits, NULL, P);
         emit(g, g->seq[g->n]);
     }
-    if (!g->stop && g->compat && g->Mmax > 0) compat_update(g, P);
+    g->k_next = next_width(g);
+    if (!g->stop && g->compat && g->Mmax > 0) {
+        if (g->autok && g->k_next < 2) g->seed_stale = 1;
+        else compat_update(g, P);
+    }
     return INK_OK;
 fail:
     if (o->capture_commit) ink_session_set_capture(g->s, 0, NULL);
@@ -586,8 +663,15 @@ int ink_gen_step(ink_gen *g, ink_err *err)
     emit_round(g);
     if ((rc = rollback(g, err))) goto fail;
     for (int j = 0; j < g->e; j++) g->seq[g->n + 1 + j] = g->emitted[j];
+    double td = now_s();
+    if (g->autok) { /* the next width is chosen before the drafter update, which may skip the seed */
+        ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, td - ta + g->carry_s, tb - ta + g->carry_s);
+        g->k_next = next_width(g);
+    }
     drafter_update(g);
-    record(g, ta, tb, tc, now_s());
+    double te = now_s();
+    g->carry_s = te - td; /* Compat-X: the seed for the next round is part of the next round's cost */
+    record(g, ta, tb, tc, te);
     g->n += g->e;
     return INK_OK;
 fail:
@@ -604,6 +688,7 @@ int ink_gen_finish(ink_gen *g)
         st->decode_s = now_s() - g->t1;
         st->generated_tokens = g->n_out;
         if (st->k_min == INT32_MAX) st->k_min = 0;
+        if (g->d) report_controller(g, st);
         if (!rc) g->valid = 1, g->n_last = g->n;
     }
     if (g->o->capture_commit) ink_session_set_capture(g->s, 0, NULL);

@@ -192,8 +192,10 @@ static int parse_common(ink_server *S, json_t *root, srv_job *j, perr *pe)
         if (json_is_boolean(sv)) en = json_is_true(sv);
         else if (json_is_object(sv)) {
             if (get_bool(sv, "enabled", &en, pe) < 0) return -1;
-            if ((r = get_int(sv, "block_size", 1, INK_MAX_BLOCK, &ll, pe)) < 0) return -1;
-            if (r) j->block_size = (int)ll;
+            json_t *bs = json_object_get(sv, "block_size");
+            if (json_is_string(bs) && !strcmp(json_string_value(bs), "auto")) j->block_size = 0;
+            else if ((r = get_int(sv, "block_size", 1, INK_MAX_BLOCK, &ll, pe)) < 0) return -1;
+            else if (r) j->block_size = (int)ll;
             json_t *m = json_object_get(sv, "mtp_mode");
             if (m && !json_is_null(m)) {
                 const char *ms = json_string_value(m);
@@ -518,11 +520,13 @@ int srv_detokenize(ink_server *S, const char *body, size_t len, char **out)
 
 char *srv_models_json(ink_server *S)
 {
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:{s:i, s:i, s:b, s:{s:s, s:i, s:i, s:s, s:b}}}", "id", S->model_id,
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:{s:i, s:i, s:b, s:{s:s, s:i, s:o, s:s, s:b}}}", "id", S->model_id,
                           "object", "model", "created", (json_int_t)S->load_time, "owned_by", "inkling", "meta", "n_ctx",
                           S->n_ctx, "n_vocab", S->n_vocab, "chat", S->chat_ok, "speculative", "kind",
                           S->drafter ? "mtp" : "none", "depth", S->depth, "block_size",
-                          S->drafter ? (S->o.block_size > 0 ? S->o.block_size : S->depth + 2) : 1, "mtp_mode",
+                          S->drafter ? (S->o.block_size > 0 ? json_integer(S->o.block_size) : json_string("auto"))
+                                     : json_integer(1),
+                          "mtp_mode",
                           S->o.mtp_mode == INK_MTP_COMPAT ? "compat" : "per-depth", "default",
                           S->drafter && S->o.spec_default);
     return dump_free(json_pack("{s:s, s:[o]}", "object", "list", "data", m ? m : json_object()));
@@ -562,6 +566,17 @@ char *srv_metrics_text(ink_server *S)
     CNT("spec_decode_num_drafts_total", "Speculative rounds (verify steps with drafts).", "%llu", m.spec_rounds);
     CNT("spec_decode_num_draft_tokens_total", "Draft tokens proposed.", "%llu", m.draft_tokens);
     CNT("spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", "%llu", m.accepted_tokens);
+    CNT("spec_decode_draft_seconds_total", "Time spent drafting.", "%.6f", m.draft_s);
+    CNT("spec_decode_verify_seconds_total", "Time spent in verify forwards.", "%.6f", m.verify_s);
+    CNT("spec_decode_rollback_seconds_total", "Time spent rolling back rejected drafts.", "%.6f", m.rollback_s);
+    snprintf(line, sizeof line, "# HELP inkling:spec_decode_rounds_by_width_total Decode rounds by the verify width K "
+                                "chosen (1: plain steps).\n# TYPE inkling:spec_decode_rounds_by_width_total counter\n");
+    srv_buf_add(&b, line, strlen(line));
+    for (int k = 1; k <= INK_MAX_BLOCK; k++)
+        if (m.k_hist[k]) {
+            snprintf(line, sizeof line, "inkling:spec_decode_rounds_by_width_total{k=\"%d\"} %llu\n", k, m.k_hist[k]);
+            srv_buf_add(&b, line, strlen(line));
+        }
     snprintf(line, sizeof line, "# HELP inkling:spec_decode_num_accepted_tokens_per_pos_total Draft tokens accepted at "
                                 "each draft position.\n# TYPE inkling:spec_decode_num_accepted_tokens_per_pos_total counter\n");
     srv_buf_add(&b, line, strlen(line));

@@ -27,10 +27,13 @@ typedef struct ink_server_opts {
     const char *api_key;    /* NULL or "": no authentication */
     const char *model_dir;  /* required */
     const char *model_id;   /* id in /v1/models and the accepted "model"; NULL: basename of model_dir */
-    int draft;              /* 1: open the MTP head (--draft-kind mtp) */
+    int draft;              /* 0: no drafter; 1: open the MTP head (--draft-kind mtp); 2: open it where the
+                               model has one, else serve plainly (the default, --draft-kind auto) */
     const char *draft_dir;  /* MTP head directory; NULL: model_dir */
     int spec_default;       /* with a drafter: 1 = requests draft unless they say otherwise */
-    int block_size;         /* default verify width K (<= 0: depth + 2) */
+    int block_size;         /* default verify width K (<= 0: auto, chosen per round) */
+    int block_max;          /* auto: the widest K (<= 0: the generator's default) */
+    int draft_opts_set;     /* drafting options were given: draft 2 without a head is then an error */
     int mtp_mode;           /* enum ink_mtp_mode */
     int draft_vocab;        /* > 0: the drafter proposes only the first N ids of draft_vocab.json */
     int rollback_replay;    /* 1: restore + replay after a rejection; 0: capture-and-commit (default) */

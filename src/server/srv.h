@@ -123,6 +123,8 @@ typedef struct srv_metrics {
     unsigned long long prompt_tokens, reused_tokens, predicted_tokens;
     double prompt_s, predicted_s;
     unsigned long long spec_rounds, draft_tokens, accepted_tokens;
+    unsigned long long k_hist[INK_MAX_BLOCK + 1]; /* rounds by verify width (1: plain steps) */
+    double draft_s, verify_s, rollback_s;
     unsigned long long pos_proposed[INK_MAX_DEPTH], pos_accepted[INK_MAX_DEPTH];
     int n_pos;
 } srv_metrics;

@@ -49,7 +49,11 @@ static void load(ink_server *S)
     if (S->o.log) fprintf(S->o.log, "serve: loading %s\n", S->model_dir);
     if (ink_model_open(&S->model, S->model_dir, &mo, &e)) goto fail;
     if (S->o.check_tensors && ink_model_check_tensors(S->model, &e)) goto fail;
-    if (S->o.draft && ink_drafter_open(&S->drafter, S->model, S->draft_dir ? S->draft_dir : S->model_dir, &e)) goto fail;
+    if (S->o.draft) {
+        int rc = ink_drafter_open(&S->drafter, S->model, S->draft_dir ? S->draft_dir : S->model_dir, &e);
+        if (rc == INK_E_ABSENT && S->o.draft == 2 && !S->o.draft_opts_set) e = (ink_err){0}; /* auto: plain */
+        else if (rc) goto fail;
+    }
     if (S->drafter && S->o.draft_vocab > 0 &&
         ink_drafter_load_vocab(S->drafter, S->draft_dir ? S->draft_dir : S->model_dir, S->o.draft_vocab, &e))
         goto fail;
@@ -200,13 +204,21 @@ static json_t *timings(const srv_job *j, const ink_gen_stats *st, int n, int use
         json_array_append_new(prop, json_integer(st->pos_proposed[p]));
     }
     (void)j;
-    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:i, s:i, s:i, s:s, s:i, s:o, s:o}", "prompt_n", pn,
+    json_t *hist = json_object();
+    for (int K = 1; K <= INK_MAX_BLOCK; K++)
+        if (st->k_hist[K]) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", K);
+            json_object_set_new(hist, key, json_integer(st->k_hist[K]));
+        }
+    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:i, s:i, s:i, s:s, s:o, s:o, s:o, s:o, s:f, s:f, s:f}", "prompt_n", pn,
                      "cache_n", st->reused_tokens, "prompt_ms", pms, "prompt_per_token_ms", pn ? pms / pn : 0.0,
                      "prompt_per_second", pms > 0 ? pn / (pms / 1e3) : 0.0, "predicted_n", n, "predicted_ms", dms,
                      "predicted_per_token_ms", n ? dms / n : 0.0, "predicted_per_second", dms > 0 ? n / (dms / 1e3) : 0.0,
                      "draft_n", st->drafted, "draft_n_accepted", st->accepted, "draft_rounds", st->rounds, "draft_kind",
-                     use_draft ? "mtp" : "none", "draft_block_size", use_draft ? k : 1,
-                     "draft_accepted_per_position", acc, "draft_proposed_per_position", prop);
+                     use_draft ? "mtp" : "none", "draft_block_size", use_draft ? (k > 0 ? json_integer(k) : json_string("auto")) : json_integer(1),
+                     "draft_accepted_per_position", acc, "draft_proposed_per_position", prop, "draft_k_hist", hist,
+                     "draft_ms", st->draft_s * 1e3, "verify_ms", st->verify_s * 1e3, "rollback_ms", st->rollback_s * 1e3);
 }
 
 static json_t *usage(const ink_gen_stats *st, int n)
@@ -268,6 +280,7 @@ static void run_job(ink_server *S, srv_job *j)
     o.sampling = j->sampling;
     o.drafter = j->use_draft ? S->drafter : NULL;
     o.block_size = j->block_size;
+    o.block_max = S->o.block_max;
     o.mtp_mode = j->mtp_mode;
     o.capture_commit = !S->o.rollback_replay;
     o.reuse_prefix = 1;
@@ -283,7 +296,7 @@ static void run_job(ink_server *S, srv_job *j)
     const char *finish = "length";
     if (c.stopped || (j->stop_eos && c.n > 0 && c.ids[c.n - 1] == eos))
         finish = json_array_size(c.out.tool_calls) ? "tool_calls" : "stop";
-    int K = o.drafter ? (o.block_size > 0 ? o.block_size : S->depth + 2) : 1;
+    int K = o.drafter ? (o.block_size > 0 ? o.block_size : 0) : 1; /* 0: auto */
 
     pthread_mutex_lock(&S->mu);
     S->met.requests++;
@@ -296,6 +309,8 @@ static void run_job(ink_server *S, srv_job *j)
     S->met.predicted_tokens += (unsigned long long)c.n;
     S->met.predicted_s += st.decode_s;
     S->met.spec_rounds += (unsigned long long)st.rounds;
+    for (int k = 1; k <= INK_MAX_BLOCK; k++) S->met.k_hist[k] += (unsigned long long)st.k_hist[k];
+    S->met.draft_s += st.draft_s, S->met.verify_s += st.verify_s, S->met.rollback_s += st.rollback_s;
     S->met.draft_tokens += (unsigned long long)st.drafted;
     S->met.accepted_tokens += (unsigned long long)st.accepted;
     for (int p = 0; p < st.n_pos && p < INK_MAX_DEPTH; p++)

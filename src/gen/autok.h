@@ -1,0 +1,56 @@
+/*
+ * autok.h — the adaptive draft length (issue 16): each round picks the verify width K (1 = a plain
+ * step, K - 1 drafts) that maximises the expected tokens per second from what this run measured.
+ *
+ * Model. With a_j the chance that draft j+1 is accepted given drafts 1..j were, a round of width K
+ * emits E(K) = 1 + a_0 + a_0 a_1 + ... + a_0 .. a_{K-2} tokens on average, and costs c(K) seconds (its
+ * draft, verify, acceptance, rollback and drafter update, measured per K). The controller picks
+ * argmax E(K) / c(K). a_j and c(K) are exponentially smoothed, so the choice follows the text (a
+ * repetitive passage raises a_j, free text lowers it) and the machine (a busy core raises c).
+ *
+ * Exploration. A width never measured is estimated optimistically: the cost of the nearest measured
+ * width below plus the measured cost of a draft per extra row (the verify's extra rows are assumed
+ * free), so a width that might win gets tried once and is then known. Every EXPLORE-th round
+ * tries a neighbour of the best width (alternately one up and one down): that keeps the
+ * neighbours' costs and the deeper positions' acceptance current at a cost of a few % at most.
+ *
+ * Choosing K from the past keeps speculative decoding lossless: greedy output equals plain decoding
+ * whatever K is, and sampled tokens keep the target distribution. (A fixed seed reproduces a sampled
+ * run only with a fixed K, since K decides which uniforms are drawn.)
+ *
+ * Pure state over caller-owned memory: no allocation, no clock (the caller passes the times).
+ */
+#ifndef INK_GEN_AUTOK_H
+#define INK_GEN_AUTOK_H
+
+#include "inkling.h"
+
+typedef struct ink_autok {
+    int kmax;                              /* widths 1 .. kmax */
+    int round, explore_flip;
+    double alpha[INK_MAX_DEPTH];           /* smoothed conditional acceptance of draft j + 1 */
+    int alpha_n[INK_MAX_DEPTH];
+    double cost[INK_MAX_BLOCK + 1];        /* smoothed seconds per round of width K */
+    int cost_n[INK_MAX_BLOCK + 1];
+    double draft_cost;                     /* smoothed seconds per draft (draft phase / drafts) */
+    int draft_n;
+} ink_autok;
+
+/* Forgets everything; widths 1 .. kmax (clamped to 1 .. INK_MAX_BLOCK). */
+void ink_autok_init(ink_autok *c, int kmax);
+
+/* E(K): expected tokens a round of width K emits under the current acceptance estimates. */
+double ink_autok_expected(const ink_autok *c, int K);
+/* c(K) as the controller sees it: measured, or the optimistic estimate for an unmeasured width;
+ * 0 when nothing at all is measured yet. */
+double ink_autok_cost(const ink_autok *c, int K);
+/* The width with the best E(K) / c(K) (no exploration). */
+int ink_autok_best(const ink_autok *c);
+/* The width for the next round: the best one, or on an exploration round a neighbour of it. */
+int ink_autok_choose(ink_autok *c);
+
+/* One finished round of width K: M drafts of which a were accepted; `seconds` the round's whole
+ * time, `draft_seconds` its draft phase. */
+void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double draft_seconds);
+
+#endif
