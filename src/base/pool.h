@@ -9,10 +9,11 @@
  *
  * Waiting is bounded spinning (tens of microseconds: decode runs dozens of small matmuls per token)
  * followed by a condition-variable sleep, so an idle pool (a server between requests) uses no CPU.
- * By default the pool measures whether using every thread pays: now and then it runs a short window
- * of jobs on the caller alone and compares wall time per job, and runs solo while that is clearly
- * cheaper (another process shares a core, or the jobs are too small to split), probing again later
- * with exponential back-off: on a busy machine it degrades to one thread instead of collapsing.
+ * By default the pool measures whether using every thread pays: when the caller is often off its
+ * CPU (another process shares its core) it tries a short stretch of jobs on the caller alone and
+ * keeps running solo while that is clearly cheaper per job, probing all threads again now and then
+ * with exponential back-off: on a busy machine it degrades to one thread instead of collapsing,
+ * and on a quiet one it runs every thread without probing.
  *
  * No thread is created per call. A call made from inside a task runs serially.
  * Ownership: ink_pool_create returns a pool the caller frees with ink_pool_free (joins workers).
