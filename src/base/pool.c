@@ -28,7 +28,8 @@
  *    On a quiet machine the caller is never descheduled and pooled runs are never probed.
  *  - Solo, every `gap` spans (doubling up to PROBE_MAX after each failed probe) it probes one
  *    pooled span the same way and returns to pooled if that span's on-CPU fraction is at least F_LOW
- *    and it costs at most MARGIN more than solo.
+ *    and it costs at most MARGIN more than solo (a probe window in which the caller was on its CPU
+ *    less than half the time ends the probe at once).
  * Next to a busy loop on one of two cores the spinning worker keeps the free core while the caller
  * shares the busy one: the caller is slow, not a worker, and the fraction sees it. The adaptive
  * state is touched only by the caller; results never depend on the mode. */
@@ -53,7 +54,7 @@
 #define WARM_NS 1000000LL    /* discarded after a switch */
 #define F_LOW 0.8            /* the caller was on a CPU less than this fraction of a span */
 #define MARGIN 0.10          /* a mode must be this much cheaper to win */
-#define PROBE_MIN 8          /* spans between probes (solo), or low spans ignored (pooled), at first */
+#define PROBE_MIN 16         /* spans between probes (solo), or low spans ignored (pooled), at first */
 #define PROBE_MAX 128        /* ... doubling up to this many (~0.5 s) */
 
 enum { M_POOLED, M_SOLO };
@@ -322,7 +323,9 @@ static void window_begin(ink_pool *p, long long t, ink_range_fn fn, int n, int g
         long long cpu = clk(p, 1);
         if (p->win_t0 >= p->warm_until) {
             p->span_ns += el, p->span_cpu += cpu - p->win_cpu0, p->span_runs += p->win_runs;
-            if (p->span_ns >= SPAN_NS) {
+            /* a pooled probe the caller is mostly off its CPU in fails after one window */
+            int bad_probe = p->probing && p->mode == M_POOLED && p->span_cpu < p->span_ns / 2;
+            if (p->span_ns >= SPAN_NS || bad_probe) {
                 double r = (double)p->span_ns / (double)p->span_runs, f = (double)p->span_cpu / (double)p->span_ns;
                 close_span(p, t, r, f);
                 p->span_ns = p->span_cpu = p->span_runs = 0;
