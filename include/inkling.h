@@ -138,6 +138,21 @@ int ink_session_pos(const ink_session *s);         /* tokens consumed so far */
 int ink_session_n_ctx(const ink_session *s);
 size_t ink_session_state_bytes(const ink_session *s); /* KV + conv state bytes allocated */
 void ink_session_reset(ink_session *s);            /* back to position 0, empty state */
+
+/* Prompt cache. Conv states are recurrent and sliding layers keep only a window of KV rows, so a
+ * session cannot go back to an earlier position by itself; a checkpoint stores what it would need
+ * (every layer's conv states and each sliding layer's last W - 1 KV rows; global layers' rows stay
+ * in place). ink_session_set_checkpoints allocates n slots (0 frees them; n < 0: as many as fit
+ * in 256 MiB, 1..8); ink_session_checkpoint_bytes is the size of one. ink_session_checkpoint stores
+ * the state at the current position (replacing the oldest slot; never allocates). ink_session_rewind
+ * goes back to the latest checkpoint at a position <= limit whose tokens are still the session's
+ * (a checkpoint beyond a position the session was reset, restored or rewound to is dropped), and
+ * returns that position, or 0 after a reset when none applies. The rewound state equals the state
+ * of having fed tokens[0..pos) freshly, bit for bit (tested). */
+int ink_session_set_checkpoints(ink_session *s, int n, ink_err *err);
+size_t ink_session_checkpoint_bytes(const ink_session *s);
+void ink_session_checkpoint(ink_session *s);
+int ink_session_rewind(ink_session *s, int limit);
 /* The tokens consumed so far, by position: [ink_session_pos(s)] ids. Borrowed, valid until the next
  * call that changes the session. */
 const int32_t *ink_session_tokens(const ink_session *s);
@@ -156,6 +171,20 @@ typedef struct ink_eval_out {
  * before touching any state: on error the session is unchanged. Long inputs are processed in
  * chunks internally; results do not depend on the chunking beyond float summation order. */
 int ink_session_eval(ink_session *s, const int32_t *tokens, int T, ink_eval_out *out, ink_err *err);
+
+/* Batched evaluation (issue 18): one forward over the rows of several sessions of one model, so a
+ * step reads the weights once for all of them (continuous batching; MTP verify rows of several
+ * sequences). ink_batch_create sizes scratch for up to max_rows rows in all and contexts up to
+ * n_ctx (caller frees with ink_batch_free). ink_batch_eval feeds tokens[i][0..n_tokens[i]) to
+ * sessions[i] at its position (1 <= n_tokens[i] <= ink_session_rollback_slack), outputs as
+ * ink_session_eval into outs[i] (outs may be NULL). Sessions must be distinct and of the batch's
+ * model. Every input is validated before any state changes. Each session's outputs and state are
+ * bitwise those of ink_session_eval on it alone, whatever the batch mix (tested). Never allocates. */
+typedef struct ink_batch ink_batch;
+int ink_batch_create(ink_batch **out, ink_model *m, int max_rows, int n_ctx, ink_err *err);
+void ink_batch_free(ink_batch *b);
+int ink_batch_eval(ink_batch *b, ink_session *const *sessions, const int32_t *const *tokens, const int *n_tokens,
+                   const ink_eval_out *outs, int n, ink_err *err);
 
 /* Snapshots. A snapshot holds the session position and every conv state; KV rows are not copied:
  * they stay valid because positions below the snapshot are never overwritten while at most
@@ -315,10 +344,37 @@ void ink_gen_free(ink_gen *g);
 /* On failure the run is over (no ink_gen_finish needed) and nothing was emitted. */
 int ink_gen_start(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,
                   int out_cap, ink_gen_stats *stats, ink_err *err);
+/* ink_gen_start in two parts, so a caller can spread a long prompt over several steps (a server
+ * interleaving one slot's prefill with other slots' decoding): ink_gen_begin validates and sets up
+ * (no forward; on failure the run is over); ink_gen_prefill feeds at most max_rows more prompt
+ * tokens (<= 0: all) and returns 1 while some remain, 0 once the prompt is in and the first token
+ * emitted (the run then steps as after ink_gen_start), or an error (the run is done; call
+ * ink_gen_finish). The prompt must stay valid until then. ink_gen_prefilling says whether a run is
+ * between the two (ink_gen_done is true then). Chunks do not change results: rows are computed
+ * independently. */
+int ink_gen_begin(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,
+                  int out_cap, ink_gen_stats *stats, ink_err *err);
+int ink_gen_prefill(ink_gen *g, int max_rows, ink_err *err);
+int ink_gen_prefilling(const ink_gen *g);
 /* One round; on failure the run is done (call ink_gen_finish). */
 int ink_gen_step(ink_gen *g, ink_err *err);
 int ink_gen_done(const ink_gen *g);  /* stop rule met, budget or context used up, or a step failed */
 int ink_gen_n_out(const ink_gen *g); /* tokens emitted so far in this run */
+/* The same round in two halves around its verify forward, so that a caller stepping several
+ * generators (a server's slots) can evaluate all their verify rows in one ink_batch_eval:
+ * ink_gen_step_begin plans and drafts the round and describes the rows to evaluate in *v (the
+ * session, the tokens, and the outputs to fill, all owned by the generator); it returns 1 when a
+ * verify is needed, 0 when the run is done (nothing to evaluate), or an error (the run is done).
+ * The caller evaluates exactly v->tokens[0..v->n_tokens) on v->session into v->out, then calls
+ * ink_gen_step_end with that evaluation's status. ink_gen_step = begin + ink_session_eval + end. */
+typedef struct ink_gen_verify {
+    ink_session *session;
+    const int32_t *tokens;
+    int n_tokens;
+    ink_eval_out out;
+} ink_gen_verify;
+int ink_gen_step_begin(ink_gen *g, ink_gen_verify *v, ink_err *err);
+int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err);
 /* Ends the run: final statistics; returns the run's status (INK_OK or a failed step's code). */
 int ink_gen_finish(ink_gen *g);
 int ink_gen_run(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,

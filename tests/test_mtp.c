@@ -50,13 +50,25 @@ static void prompt(int32_t *ids, int T, int V, uint64_t seed)
 
 /* Runs ink_generate; returns the number of tokens. With hook_on, block size 0 (auto) takes its
  * widths from hook_k (a pseudo-random width per round, from hook_state) instead of the controller. */
-static int reuse_flag, hook_on, hook_max;
+static int reuse_flag, hook_on, hook_max, hook_run, hook_cur, hook_plain_until;
 static uint64_t hook_state;
+static uint64_t hook_rnd(uint64_t n)
+{
+    hook_state = hook_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (hook_state >> 33) % n;
+}
+/* Widths in runs (1..24 rounds of one width; plain steps 40 % of the time), so depths go dormant
+ * under runs of plain steps and restart when a wide run follows; plain steps only before round
+ * hook_plain_until. */
 static int hook_k(void *ud, int round, int k_max)
 {
-    (void)ud, (void)round;
-    hook_state = hook_state * 6364136223846793005ull + 1442695040888963407ull;
-    return 1 + (int)((hook_state >> 33) % (uint64_t)k_max);
+    (void)ud;
+    if (round < hook_plain_until) return 1;
+    if (--hook_run <= 0) {
+        hook_cur = hook_rnd(10) < 4 ? 1 : 2 + (int)hook_rnd((uint64_t)(k_max > 1 ? k_max - 1 : 1));
+        hook_run = 1 + (int)hook_rnd(24);
+    }
+    return hook_cur < k_max ? hook_cur : k_max;
 }
 
 static int gen(ink_session *s, const int32_t *p, int P, ink_drafter *d, int K, int mode, int capture, float temp,
@@ -288,7 +300,7 @@ static void test_greedy_invariant_under_auto(void **state)
             for (int cc = 0; cc < 2; cc++)
                 for (int h = 0; h < 2; h++) {
                     ink_gen_stats st;
-                    hook_on = h, hook_max = 8, hook_state = 5 + (uint64_t)(L * 8 + mode * 4 + cc * 2);
+                    hook_on = h, hook_max = 8, hook_state = 5 + (uint64_t)(L * 8 + mode * 4 + cc * 2), hook_run = 0;
                     int ns = gen(s, p, lens[L], d, 0, mode, cc, 0, 0, 200, 0, -1, spec, &st);
                     hook_on = 0, hook_max = 0;
                     assert_int_equal(ns, 200);
@@ -576,7 +588,7 @@ static void test_speculative_sampling_matches_plain(void **state)
             cb[out[pos]]++;
             accepted += st.accepted;
             /* varying K (issue 16): a width drawn per round from 1..4, as auto would vary it */
-            hook_on = 1, hook_max = 4, hook_state = 77 + (uint64_t)r;
+            hook_on = 1, hook_max = 4, hook_state = 77 + (uint64_t)r, hook_run = 0;
             gen(s, p, 6, d, 0, r % 2, r % 3 == 0, 1.5f, 900000 + r, pos + 1, 0, -1, out, &st);
             hook_on = 0, hook_max = 0;
             cc[out[pos]]++;
@@ -591,6 +603,46 @@ static void test_speculative_sampling_matches_plain(void **state)
         assert_true(chi < 2.4 * df + 15);
         assert_true(chi_auto < 2.4 * df2 + 15);
     }
+    ink_session_free(s);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
+/* Lossless with restarted depths (auto K): 18 plain steps let every depth go dormant, then rounds
+ * of widths 2..4 restart them from a shortened history; the token at position 26 has the plain
+ * distribution (chi-square as above, 3000 runs). */
+static void test_sampling_lossless_after_dormancy(void **state)
+{
+    (void)state;
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.vocab = 40, sp.vocab_unpadded = 32, sp.mtp_depth = 2, sp.n_mtp_local = 1, sp.mtp_file = 1, sp.wscale = 0.05f;
+    char dir[256];
+    ink_model *m = random_target(&sp, dir, sizeof dir);
+    assert_non_null(m);
+    ink_drafter *d = open_drafter(m, dir);
+    ink_err e = {0};
+    ink_session *s;
+    assert_int_equal(ink_session_create(&s, m, 64, &e), 0);
+    int32_t p[6] = {1, 5, 9, 3, 7, 2}, out[27];
+    enum { RUNS = 3000, V = 32, POS = 26 };
+    int ca[V] = {0}, cb[V] = {0}, drafted = 0;
+    for (int r = 0; r < RUNS; r++) {
+        gen(s, p, 6, NULL, 0, 0, 0, 1.5f, 7000 + r, POS + 1, 0, -1, out, NULL);
+        ca[out[POS]]++;
+        ink_gen_stats st;
+        hook_on = 1, hook_max = 4, hook_state = 31 + (uint64_t)r, hook_run = 0, hook_plain_until = 18;
+        gen(s, p, 6, d, 0, r % 2, r % 3 == 0, 1.5f, 800000 + r, POS + 1, 0, -1, out, &st);
+        hook_on = 0, hook_max = 0, hook_plain_until = 0;
+        assert_true(st.k_hist[1] >= 18);
+        cb[out[POS]]++;
+        drafted += st.drafted;
+    }
+    int df;
+    double chi = chi2_two_sample(ca, cb, V, &df);
+    printf("  position %d after dormancy: chi2 %.2f with %d degrees of freedom, %d drafts\n", POS, chi, df, drafted);
+    assert_true(df >= 5 && drafted > RUNS);
+    assert_true(chi < 2.4 * df + 15);
     ink_session_free(s);
     ink_drafter_free(d);
     ink_model_free(m);
@@ -639,6 +691,62 @@ static void test_prefix_reuse_equals_fresh(void **state)
     reuse_flag = 0;
     ink_session_free(s), ink_session_free(f);
     npy_free(&pr);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
+/* The prompt cache (issue 18): a repeated prompt resumes from the checkpoint at P - 1, a prompt
+ * sharing a prefix from the latest checkpoint at or below the common prefix (here 256), one that
+ * differs early from scratch; the outputs and the final session state (conv states, every
+ * attendable KV row) equal a fresh session's, bitwise; without drafter, and with auto K in both
+ * modes (drafter depths restart after a resume). */
+static void test_prompt_cache_resumes_exactly(void **state)
+{
+    (void)state;
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.mtp_depth = 2, sp.n_mtp_local = 1, sp.mtp_file = 1; /* 5 of 6 layers sliding, window 8 */
+    char dir[256];
+    ink_model *m = random_target(&sp, dir, sizeof dir);
+    assert_non_null(m);
+    ink_drafter *d = open_drafter(m, dir);
+    assert_non_null(d);
+    ink_err e = {0};
+    ink_session *s, *f;
+    assert_int_equal(ink_session_create(&s, m, 1024, &e), 0);
+    assert_int_equal(ink_session_create(&f, m, 1024, &e), 0);
+    assert_true(ink_session_checkpoint_bytes(s) > 0);
+    int32_t p1[300], p2[290], p3[300], a[40], b[40];
+    prompt(p1, 300, 120, 5);
+    memcpy(p2, p1, 270 * sizeof *p2);
+    prompt(p2 + 270, 20, 120, 6);
+    memcpy(p3, p1, sizeof p3);
+    p3[5] = (p3[5] + 1) % 120;
+    char why[128];
+    for (int variant = 0; variant < 4; variant++) {
+        ink_drafter *dd = variant == 0 || variant == 3 ? NULL : d;
+        int mode = variant == 2 ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
+        assert_int_equal(ink_session_set_checkpoints(s, variant == 3 ? 0 : 4, &e), 0);
+        ink_session_reset(s);
+        ink_gen_stats st;
+        reuse_flag = 1;
+        int n1 = gen(s, p1, 300, dd, 0, mode, 1, 0, 0, 40, 0, -1, a, &st);
+        assert_int_equal(st.reused_tokens, 0);
+        struct { const int32_t *p; int P, want; } cases[] = {{p1, 300, 299}, {p2, 290, 256}, {p3, 300, 0}, {p1, 300, 0}};
+        for (int c = 0; c < 4; c++) {
+            reuse_flag = 1;
+            int na = gen(s, cases[c].p, cases[c].P, dd, 0, mode, 1, 0, 0, 40, 0, -1, a, &st);
+            assert_int_equal(st.reused_tokens, variant == 3 ? 0 : cases[c].want);
+            reuse_flag = 0;
+            int nb = gen(f, cases[c].p, cases[c].P, dd, 0, mode, 1, 0, 0, 40, 0, -1, b, NULL);
+            assert_int_equal(na, nb);
+            assert_int_equal(na, n1);
+            assert_memory_equal(a, b, (size_t)na * 4);
+            assert_int_equal(ink_session_compare(s, f, why, sizeof why), 0);
+        }
+    }
+    reuse_flag = 0;
+    ink_session_free(s), ink_session_free(f);
     ink_drafter_free(d);
     ink_model_free(m);
 }
@@ -816,7 +924,9 @@ int main(void)
         cmocka_unit_test(test_eos_and_budget_inside_blocks),
         cmocka_unit_test(test_load_drafter_detects_mtp_tensors_not_config_flag),
         cmocka_unit_test(test_speculative_sampling_matches_plain),
+        cmocka_unit_test(test_sampling_lossless_after_dormancy),
         cmocka_unit_test(test_prefix_reuse_equals_fresh),
+        cmocka_unit_test(test_prompt_cache_resumes_exactly),
         cmocka_unit_test(test_long_prompt_drafts_equal_direct),
         cmocka_unit_test(test_draft_vocab_keeps_greedy_output),
         cmocka_unit_test(test_draft_vocab_sampling_is_lossless),

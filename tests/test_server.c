@@ -40,13 +40,6 @@ static srv g_main;
 static ink_tokenizer *g_tok;
 static int g_asan;
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -69,7 +62,7 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *ud)
 {
     resp *r = ud;
     size_t n = sz * nm;
-    if (!r->n && n) r->t_first = now_s();
+    if (!r->n && n) r->t_first = ink_now_s();
     if (r->n + n + 1 > r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 4096;
         while (cap < r->n + n + 1) cap *= 2;
@@ -423,6 +416,8 @@ static void test_health_loading_then_ready(void **state)
     json_decref(m);
 }
 
+/* spec: 0 plain, 1 drafting with a fixed block size (drafts must show), 2 drafting with auto K (the
+ * controller may choose plain steps only) */
 static void check_usage_timings(json_t *doc, int spec)
 {
     json_t *u = json_object_get(doc, "usage"), *t = json_object_get(doc, "timings");
@@ -434,7 +429,7 @@ static void check_usage_timings(json_t *doc, int spec)
     const char *keys[] = {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "draft_n", "draft_n_accepted"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) assert_true(json_is_number(json_object_get(t, keys[i])));
     assert_int_equal(json_integer_value(json_object_get(t, "predicted_n")), ct);
-    if (spec && ct > 1) assert_true(json_integer_value(json_object_get(t, "draft_n")) > 0);
+    if (spec == 1 && ct > 1) assert_true(json_integer_value(json_object_get(t, "draft_n")) > 0);
     if (!spec) assert_int_equal(json_integer_value(json_object_get(t, "draft_n")), 0);
     /* every round by its verify width: plain steps (K = 1) and speculative rounds add up */
     json_t *hist = json_object_get(t, "draft_k_hist"), *hv;
@@ -464,7 +459,7 @@ static void test_chat_nonstream_and_stream(void **state)
     assert_string_equal(json_string_value(json_object_get(msg, "role")), "assistant");
     assert_true(json_is_string(json_object_get(msg, "content")));
     assert_true(json_is_string(json_object_get(ch, "finish_reason")));
-    check_usage_timings(j, 1);
+    check_usage_timings(j, 2);
     char *content = strdup(json_string_value(json_object_get(msg, "content")));
 
     /* the same request streamed, with usage */
@@ -519,7 +514,7 @@ static void test_greedy_spec_equals_plain(void **state)
             json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
             char *ids = json_dumps(json_object_get(ch, "token_ids"), JSON_COMPACT);
             assert_int_equal(json_array_size(json_object_get(ch, "token_ids")), 20);
-            check_usage_timings(j, k > 0);
+            check_usage_timings(j, k == 0 ? 0 : strstr(spec[k], "\"block_size\":") && !strstr(spec[k], "auto") ? 1 : 2);
             if (!ref) ref = ids;
             else {
                 assert_string_equal(ids, ref);
@@ -558,7 +553,7 @@ static void test_completions_text_stop_and_ids(void **state)
     const char *text = json_string_value(json_object_get(ch, "text"));
     assert_non_null(text);
     assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")), "length");
-    check_usage_timings(j, 1);
+    check_usage_timings(j, 2);
     size_t tl = strlen(text);
     assert_true(tl > 6);
     /* a stop string from the middle of that output cuts it there */
@@ -643,6 +638,34 @@ static void test_prefix_reuse(void **state)
     assert_true(metric(g_main.port, "inkling:prompt_tokens_reused_total") >= 13);
     free(ids_b), free(ids_c), free(rb);
     json_decref(req), json_decref(p2), json_decref(a), json_decref(b), json_decref(c);
+}
+
+/* The prompt cache (issue 18): the same chat request twice reuses all of the prompt but its last
+ * token (the checkpoint at P - 1: the rest of the history, its output, is not part of the prompt)
+ * and answers the same; so does a completion request that repeats one. */
+static void test_prompt_cache_repeat(void **state)
+{
+    (void)state;
+    const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\","
+                       "\"content\":\"Tell me about the sea and the land\"}],\"max_tokens\":12,\"temperature\":0}";
+    long st;
+    json_t *a = post(g_main.port, "/v1/chat/completions", body, &st);
+    assert_int_equal(st, 200);
+    json_t *b = post(g_main.port, "/v1/chat/completions", body, &st);
+    assert_int_equal(st, 200);
+    json_t *ua = json_object_get(a, "usage"), *ub = json_object_get(b, "usage");
+    long long P = json_integer_value(json_object_get(ub, "prompt_tokens"));
+    assert_true(P > 8);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(ub, "prompt_tokens_details"), "cached_tokens")), P - 1);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(b, "timings"), "prompt_n")), 1);
+    const char *ca = json_string_value(json_object_get(json_object_get(json_array_get(json_object_get(a, "choices"), 0), "message"), "content"));
+    const char *cb = json_string_value(json_object_get(json_object_get(json_array_get(json_object_get(b, "choices"), 0), "message"), "content"));
+    assert_non_null(ca);
+    assert_non_null(cb);
+    assert_string_equal(ca, cb);
+    (void)ua;
+    assert_true(metric(g_main.port, "inkling:prompt_cache_hits_total") >= 1);
+    json_decref(a), json_decref(b);
 }
 
 static void expect_error(int port, const char *path, const char *body, long want, const char *needle)
@@ -921,6 +944,72 @@ static void *bg_main(void *arg)
     return NULL;
 }
 
+/* Parallel slots (issue 18): with --parallel 3, three requests are generated at once (held after
+ * their first token: requests_processing reaches 3 on any machine), a fourth waits in the queue, a
+ * fifth gets 429; released, every answer equals the same request run alone afterwards (greedy:
+ * batching does not change a sequence's tokens), with and without MTP. */
+static void test_parallel_slots(void **state)
+{
+    (void)state;
+    srv s;
+    char args[1024], hold[256];
+    snprintf(hold, sizeof hold, "tests/tmp/hold-par-%d", (int)getpid());
+    unlink(hold);
+    snprintf(args, sizeof args, "-m %s -c 1024 --parallel 3 --queue-size 1 --debug-hold %s", g_plain, hold);
+    assert_int_equal(srv_start(&s, args), 0);
+    assert_int_equal(srv_ready(&s, NULL), 0);
+    hold_set(hold, 1);
+    static char bodies[4][8192];
+    for (int i = 0; i < 4; i++) {
+        /* request 1 has a 700-token prompt: its prefill is spread over engine steps */
+        char ids[6000] = "";
+        size_t o = 0;
+        for (int t = 0; t < (i == 1 ? 700 : 3); t++)
+            o += (size_t)snprintf(ids + o, sizeof ids - o, "%s%d", t ? "," : "", (5 + i + 37 * t) % 100);
+        snprintf(bodies[i], sizeof bodies[i],
+                 "{\"prompt\":[%s],\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true,\"return_token_ids\":true,"
+                 "\"speculative\":%s}", ids, i % 2 ? "true" : "false");
+    }
+    bg r[4];
+    for (int i = 0; i < 3; i++) {
+        r[i] = (bg){.port = s.port, .path = "/v1/completions", .body = bodies[i]};
+        pthread_create(&r[i].th, NULL, bg_main, &r[i]);
+    }
+    for (int i = 0; i < 6000 && metric(s.port, "inkling:requests_processing") < 3; i++) sleep_ms(10);
+    assert_true(metric(s.port, "inkling:requests_processing") == 3);
+    r[3] = (bg){.port = s.port, .path = "/v1/completions", .body = bodies[3]};
+    pthread_create(&r[3].th, NULL, bg_main, &r[3]);
+    for (int i = 0; i < 6000 && metric(s.port, "inkling:requests_deferred") < 1; i++) sleep_ms(10);
+    assert_true(metric(s.port, "inkling:requests_deferred") == 1);
+    long st;
+    json_t *c = post(s.port, "/v1/completions", "{\"prompt\":[7],\"max_tokens\":1}", &st);
+    assert_int_equal(st, 429);
+    json_decref(c);
+    hold_set(hold, 0);
+    char *ids[4];
+    for (int i = 0; i < 4; i++) {
+        pthread_join(r[i].th, NULL);
+        assert_int_equal(r[i].st, 200);
+        json_t *j = json_loads(r[i].r.body, 0, NULL);
+        assert_non_null(j);
+        json_t *t = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "token_ids");
+        assert_int_equal(json_array_size(t), 24);
+        ids[i] = json_dumps(t, JSON_COMPACT);
+        json_decref(j);
+        resp_free(&r[i].r);
+    }
+    for (int i = 0; i < 4; i++) { /* alone now: the server is idle */
+        json_t *j = post(s.port, "/v1/completions", bodies[i], &st);
+        assert_int_equal(st, 200);
+        char *alone = json_dumps(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "token_ids"), JSON_COMPACT);
+        assert_string_equal(alone, ids[i]);
+        free(alone), free(ids[i]);
+        json_decref(j);
+    }
+    assert_true(metric(s.port, "inkling:requests_processing") == 0);
+    assert_int_equal(srv_stop(&s), 0);
+}
+
 static void test_queue_full_429_and_pings(void **state)
 {
     (void)state;
@@ -930,7 +1019,7 @@ static void test_queue_full_429_and_pings(void **state)
      * before the test has looked, on any machine. */
     snprintf(hold, sizeof hold, "tests/tmp/hold-queue-%d", (int)getpid());
     unlink(hold);
-    snprintf(args, sizeof args, "-m %s -c 4096 --queue-size 1 --sse-ping-interval 0.02 --debug-hold %s", g_plain, hold);
+    snprintf(args, sizeof args, "-m %s -c 4096 --parallel 1 --queue-size 1 --sse-ping-interval 0.02 --debug-hold %s", g_plain, hold);
     assert_int_equal(srv_start(&s, args), 0);
     assert_int_equal(srv_ready(&s, NULL), 0);
     hold_set(hold, 1); /* after loading: the hold also applies before the load */
@@ -1203,10 +1292,10 @@ static void *load_main(void *arg)
         load_body(body, sizeof body, kind, p, stream || cancel, spec, cancel);
         resp r = {0};
         if (cancel) r.abort_on = kind == 0 ? "\"role\":\"assistant\"" : "\"token_ids\":[";
-        double t0 = now_s();
+        double t0 = ink_now_s();
         long st = http_h(kind == 0 ? hm : hc, kind == 0 ? g_main.port : g_load.port, "POST",
                          kind == 0 ? "/v1/chat/completions" : "/v1/completions", body, NULL, &r, cancel ? 0 : 300000);
-        double dt = now_s() - t0;
+        double dt = ink_now_s() - t0;
         if (cancel) {
             c->cancelled++;
             if (!r.aborted) c->bad++, fprintf(stderr, "# load: cancel target finished (%ld)\n", st);
@@ -1241,7 +1330,7 @@ static void load_round(int n_per_client, int *ok, int *bad, int *cancelled, doub
 {
     load_client cl[LOAD_CLIENTS];
     memset(cl, 0, sizeof cl);
-    double t0 = now_s();
+    double t0 = ink_now_s();
     for (int i = 0; i < LOAD_CLIENTS; i++) {
         cl[i].id = i, cl[i].n = n_per_client;
         pthread_create(&cl[i].th, NULL, load_main, &cl[i]);
@@ -1251,7 +1340,7 @@ static void load_round(int n_per_client, int *ok, int *bad, int *cancelled, doub
         *ok += cl[i].ok, *bad += cl[i].bad, *cancelled += cl[i].cancelled;
         for (int k = 0; k < cl[i].n_lat; k++) lat[(*n_lat)++] = cl[i].lat[k];
     }
-    *wall += now_s() - t0;
+    *wall += ink_now_s() - t0;
 }
 
 static void test_load(void **state)
@@ -1486,6 +1575,7 @@ int main(void)
         cmocka_unit_test(test_greedy_spec_equals_plain),
         cmocka_unit_test(test_completions_text_stop_and_ids),
         cmocka_unit_test(test_prefix_reuse),
+        cmocka_unit_test(test_prompt_cache_repeat),
         cmocka_unit_test(test_errors_400),
         cmocka_unit_test(test_garbage_does_not_crash),
         cmocka_unit_test(test_tokenize_detokenize),
@@ -1493,6 +1583,7 @@ int main(void)
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_queue_full_429_and_pings),
+        cmocka_unit_test(test_parallel_slots),
         cmocka_unit_test(test_api_key_and_body_limit),
         cmocka_unit_test(test_bind_loopback_default),
         cmocka_unit_test(test_curl_cli),

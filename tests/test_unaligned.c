@@ -54,8 +54,8 @@ static ink_model *write_open(const tiny_spec *sp, const char *tag, char *dir, si
 static int in_map(const ink_model *m, const void *p)
 {
     const uint8_t *b = p;
-    for (int i = 0; i < m->td.n_files; i++) {
-        const ink_st_file *f = &m->td.files[i];
+    for (int i = 0; i < m->w.td.n_files; i++) {
+        const ink_st_file *f = &m->w.td.files[i];
         if (f->map && b >= f->map && b < f->map + f->size) return 1;
     }
     return 0;
@@ -132,7 +132,7 @@ static void test_misaligned_in_place(void **state)
         assert_true(na > 20);
         assert_int_equal(odd_a, 0);
         if (odd_m != nm) fail_msg("%s: only %d of %d pointers at odd addresses", vname[v], odd_m, nm);
-        assert_int_equal(ma->n_owned, mm->n_owned); /* same small f32 vectors, no extra buffers */
+        assert_int_equal(ma->w.n_owned, mm->w.n_owned); /* same small f32 vectors, no extra buffers */
         int V = ink_model_n_vocab(ma);
         for (int k = 0; k < 3; k++) {
             if (!sets[k]) continue;
@@ -166,7 +166,7 @@ static void test_header_only(void **state)
     ink_err e = {0};
     ink_model_opts o = {.n_threads = 1};
     if (ink_model_open_headers(&h, dir, &o, &e)) fail_msg("open headers: %s", e.msg);
-    for (int i = 0; i < h->td.n_files; i++) assert_null(h->td.files[i].map);
+    for (int i = 0; i < h->w.td.n_files; i++) assert_null(h->w.td.files[i].map);
     assert_true(h->info.n_params > 0);
     assert_true(h->info.n_params == full->info.n_params);
     ink_session *s;

@@ -205,6 +205,57 @@ int cfg_inkling(const char *dir, const char **kind, int set_kind, long *block, i
     return rc;
 }
 
+void cli_sampling_init(cli_sampling *s)
+{
+    *s = (cli_sampling){.temp = 0.8, .top_p = 0.95, .min_p = 0.05, .rep = 1.0, .top_k = 40, .last_n = 64};
+}
+
+int cli_sampling_flag(int argc, char **argv, int *i, cli_sampling *s)
+{
+    const char *o = argv[*i], *v;
+    double *f = NULL;
+    long *n = NULL;
+    double flo = 0, fhi = 0;
+    long nlo = 0, nhi = 0;
+    int bit = 0;
+    if (!strcmp(o, "--temp") || !strcmp(o, "--temperature")) f = &s->temp, fhi = 100, bit = CFG_SET_TEMP;
+    else if (!strcmp(o, "--top-k")) n = &s->top_k, nhi = 1L << 30, bit = CFG_SET_TOP_K;
+    else if (!strcmp(o, "--top-p")) f = &s->top_p, fhi = 1, bit = CFG_SET_TOP_P;
+    else if (!strcmp(o, "--min-p")) f = &s->min_p, fhi = 1, bit = CFG_SET_MIN_P;
+    else if (!strcmp(o, "--repeat-penalty")) f = &s->rep, fhi = 10, bit = CFG_SET_REP;
+    else if (!strcmp(o, "--repeat-last-n")) n = &s->last_n, nlo = -1, nhi = 1L << 30;
+    else if (!strcmp(o, "--frequency-penalty")) f = &s->freq, flo = -10, fhi = 10;
+    else if (!strcmp(o, "--presence-penalty")) f = &s->pres, flo = -10, fhi = 10;
+    else if (!strcmp(o, "--seed") || !strcmp(o, "-s")) n = &s->seed, nhi = 0x7fffffffL;
+    else return 0;
+    if (!(v = arg_value(argc, argv, i))) return -1;
+    if (f ? arg_float(o, v, flo, fhi, f) : arg_int(o, v, nlo, nhi, n)) return -1;
+    s->set |= bit;
+    if (n == &s->seed) s->seed_set = 1;
+    return 1;
+}
+
+ink_sampling cli_sampling_value(const cli_sampling *s)
+{
+    return (ink_sampling){.temp = (float)s->temp, .top_k = (int)s->top_k, .top_p = (float)s->top_p,
+                          .min_p = (float)s->min_p, .seed = (uint64_t)s->seed, .repeat_penalty = (float)s->rep,
+                          .frequency_penalty = (float)s->freq, .presence_penalty = (float)s->pres,
+                          .penalty_last_n = (int)s->last_n};
+}
+
+int cli_model_defaults(const char *dir, const char *ddir, cli_sampling *s, int apply_sampling, cli_engine *en)
+{
+    cli_sampling scratch = *s;
+    cli_sampling *t = apply_sampling ? s : &scratch;
+    if (cfg_generation(dir, t->set, &t->temp, &t->top_k, &t->top_p, &t->min_p, &t->rep) ||
+        cfg_inkling(dir, &en->draft_kind, en->set_kind, &en->block, en->set_block, &en->dvocab, en->set_dvocab))
+        return 1;
+    char dvp[4200];
+    snprintf(dvp, sizeof dvp, "%s/draft_vocab.json", ddir ? ddir : dir);
+    if (en->dvocab > 0 && !en->set_dvocab && access(dvp, F_OK) != 0) en->dvocab = 0;
+    return 0;
+}
+
 int cfg_generation_eos(const char *dir, int vocab)
 {
     char p[4352];

@@ -41,6 +41,38 @@ int cfg_generation(const char *dir, int set, double *temp, long *top_k, double *
  * points at a static string; *block 0 means auto. Returns 0, or 1 after an error naming file and field
  * (nothing is applied then). Shared by generate, chat and serve. */
 int cfg_inkling(const char *dir, const char **kind, int set_kind, long *block, int set_block, long *dvocab, int set_dvocab);
+/* ---- sampling flags and model defaults: one place for generate, chat and serve ----------------- */
+
+/* The sampling options of the command line, with the reference defaults until a flag or the model's
+ * generation_config.json sets them (temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1,
+ * last-n 64, no frequency/presence penalty, seed 0). */
+typedef struct cli_sampling {
+    double temp, top_p, min_p, rep, freq, pres;
+    long top_k, last_n, seed;
+    int set;      /* CFG_SET_* bits of the values the command line set */
+    int seed_set; /* --seed was given */
+} cli_sampling;
+void cli_sampling_init(cli_sampling *s);
+/* argv[*i] as a sampling flag (--temp/--temperature, --top-k, --top-p, --min-p, --repeat-penalty,
+ * --repeat-last-n, --frequency-penalty, --presence-penalty, -s/--seed): 1 handled (its value consumed,
+ * *i advanced), 0 not a sampling flag, -1 bad or missing value (message printed: exit 2). */
+int cli_sampling_flag(int argc, char **argv, int *i, cli_sampling *s);
+ink_sampling cli_sampling_value(const cli_sampling *s);
+
+/* The engine defaults inkling.json may set where the command line did not. */
+typedef struct cli_engine {
+    const char *draft_kind; /* "auto" (the default), "mtp" or "none" (static strings or argv) */
+    long block, dvocab;     /* --draft-block-size (0: auto), --draft-vocab */
+    int set_kind, set_block, set_dvocab;
+} cli_engine;
+
+/* A model directory's defaults for what the command line did not set: generation_config.json's
+ * sampling values (validated only when apply_sampling is 0: token mode keeps the reference defaults),
+ * then inkling.json's engine defaults; a draft vocabulary inkling.json names is dropped where the
+ * drafter directory `ddir` (NULL: dir) has no draft_vocab.json. Returns 0, or 1 after an error naming
+ * the file and field (see cfg_generation, cfg_inkling). */
+int cli_model_defaults(const char *dir, const char *ddir, cli_sampling *s, int apply_sampling, cli_engine *en);
+
 /* generation_config.json's eos_token_id (int or list) must lie in 0..vocab-1; 0 ok, 1 after an error. */
 int cfg_generation_eos(const char *dir, int vocab);
 

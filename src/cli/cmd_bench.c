@@ -5,12 +5,13 @@
  * active one only), so the sets compare in one run.
  * Every figure is a median over repetitions; ratios (fraction of roofline, c(K)) are what to compare
  * across runs, absolute numbers drift with the neighbours of a shared machine. */
+#include "base/clock.h"
 #include "cli/args.h"
 #include "cli/cli.h"
 
 #include "inkling.h"
 #include "kernels/kernels.h"
-#include "load/safetensors.h"
+#include "base/dtype.h"
 #include "model/model.h"
 
 #include <dlfcn.h>
@@ -23,13 +24,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int dcmp(const void *a, const void *b)
 {
@@ -126,9 +120,9 @@ static double time_pass(ink_pool *p, const mset *s, int nm, const float *x, floa
     double t[16];
     if (reps > 16) reps = 16;
     for (int r = -1; r < reps; r++) {
-        double t0 = now();
+        double t0 = ink_now_s();
         for (int i = 0; i < nm; i++) ink_matmul(p, &s->m[i], x, NK, M, y, NK);
-        if (r >= 0) t[r] = now() - t0;
+        if (r >= 0) t[r] = ink_now_s() - t0;
     }
     return median(t, reps);
 }
@@ -139,6 +133,90 @@ typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const fl
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *,
                          int);
 typedef void (*setthr_fn)(int);
+
+/* ---- machine probes ------------------------------------------------------------------------ */
+
+/* Portable probe loops, for sets without their own (ink_kernels.probe_read / probe_fma). */
+static double scalar_read(const void *buf, size_t bytes)
+{
+    const uint64_t *p = buf;
+    size_t n = bytes / 8 / 8;
+    uint64_t a[8] = {0};
+    for (size_t i = 0; i < n; i++)
+        for (int s = 0; s < 8; s++) a[s] += p[(size_t)s * n + i];
+    return (double)(a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7]);
+}
+
+static double scalar_fma(long iters)
+{
+    float a[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    for (long i = 0; i < iters * 10; i++)
+        for (int j = 0; j < 8; j++) a[j] = a[j] * 0.9999999f + 1e-7f;
+    return a[0];
+}
+
+typedef struct probe_ctx {
+    const uint8_t *buf;
+    size_t bytes;
+    long iters;
+    double (*read)(const void *buf, size_t bytes);
+    double (*fma)(long iters);
+    double sink[256];
+} probe_ctx;
+
+static probe_ctx probe_init(void)
+{
+    const ink_kernels *k = ink_kernels_active();
+    return (probe_ctx){.read = k->probe_read ? k->probe_read : scalar_read, .fma = k->probe_fma ? k->probe_fma : scalar_fma};
+}
+
+static void read_task(void *arg, int ith, int nth)
+{
+    probe_ctx *c = arg;
+    size_t per = c->bytes / (size_t)nth / 4096 * 4096;
+    c->sink[ith & 255] += c->read(c->buf + per * (size_t)ith, per);
+}
+
+/* Read bandwidth (GB/s, best of reps) of the pool's threads, each streaming its slice of buf. */
+static double probe_read(ink_pool *p, const void *buf, size_t bytes, int reps)
+{
+    probe_ctx c = probe_init();
+    c.buf = buf, c.bytes = bytes;
+    double best_bw = 0.0;
+    ink_pool_run(p, read_task, &c); /* warm-up: fault the pages in */
+    for (int r = 0; r < reps; r++) {
+        double t = ink_now_s();
+        ink_pool_run(p, read_task, &c);
+        double dt = ink_now_s() - t;
+        size_t per = bytes / (size_t)ink_pool_size(p) / 4096 * 4096;
+        double bw = (double)per * ink_pool_size(p) / dt / 1e9;
+        if (bw > best_bw) best_bw = bw;
+    }
+    return best_bw;
+}
+
+static void fma_task(void *arg, int ith, int nth)
+{
+    (void)nth;
+    probe_ctx *c = arg;
+    c->sink[ith & 255] += c->fma(c->iters);
+}
+
+/* f32 FMA peak (GFLOPS) of the pool's threads, over about `seconds`. */
+static double probe_fma(ink_pool *p, double seconds)
+{
+    probe_ctx c = probe_init();
+    c.iters = 1000000;
+    double t = ink_now_s();
+    ink_pool_run(p, fma_task, &c);
+    double dt = ink_now_s() - t;
+    c.iters = (long)((double)c.iters * seconds / (dt > 1e-6 ? dt : 1e-6));
+    if (c.iters < 1000) c.iters = 1000;
+    t = ink_now_s();
+    ink_pool_run(p, fma_task, &c);
+    dt = ink_now_s() - t;
+    return (double)c.iters * 10 * 8 * 2 * ink_pool_size(p) / dt / 1e9;
+}
 
 /* ---- model measurements ------------------------------------------------------------------- */
 
@@ -192,6 +270,40 @@ static long rss_kb(void)
     return v;
 }
 
+/* The roofline's verify cost pred[K] = t(K)/t(1), K = 1 .. Kmax, for read bandwidth bw (GB/s) and FMA
+ * peak (GFLOPS); returns the weight bytes one decoded token reads. */
+static double roofline(const ink_model *m, double bw, double peak, int Kmax, double pred[11])
+{
+    const ink_config *c = &m->cfg;
+    /* roofline prediction: shared bytes + U(K) distinct experts per MoE layer (independent routing) */
+    double sb, eb, nmoe;
+    token_bytes(m, &sb, &eb, &nmoe);
+    double E = c->n_expert, k = c->n_expert_used;
+    double flops1 = 0;
+    { /* 2 flops per weight touched by one token; bytes-per-weight from the same matrices */
+        double w = 0;
+        for (int i = 0; i < c->n_layer; i++) {
+            const ink_layer_w *lw = &m->layers[i];
+            const ink_mat *ms[5] = {&lw->at.wq, &lw->at.wk, &lw->at.wv, &lw->at.wr, &lw->at.wo};
+            for (int j = 0; j < 5; j++) w += (double)ms[j]->rows * ms[j]->cols;
+            int I = lw->inter;
+            double ffn = 3.0 * I * c->hidden;
+            w += lw->cfg.moe ? ffn * (k + c->n_shared) + (double)lw->router.rows * lw->router.cols : ffn;
+        }
+        w += (double)c->vocab_unpadded * c->hidden;
+        flops1 = 2 * w;
+    }
+    double p1 = 0;
+    for (int K = 1; K <= Kmax; K++) {
+        double U = E > 0 && nmoe > 0 ? E * (1 - pow(1 - k / E, K)) : 0; /* all-dense: no expert term (was 0 x NaN) */
+        double bytes = sb + nmoe * U * eb;
+        double t = fmax(bytes / (bw * 1e9), K * flops1 / (peak * 1e9));
+        if (K == 1) p1 = t;
+        pred[K] = t / p1;
+    }
+    return sb + nmoe * k * eb;
+}
+
 static json_t *bench_model(const char *dir, int threads, double bw, double peak, int quick, int json)
 {
     ink_model *m = NULL;
@@ -202,7 +314,6 @@ static json_t *bench_model(const char *dir, int threads, double bw, double peak,
         fprintf(stderr, "bench: %s: %s\n", dir, e.msg);
         return NULL;
     }
-    const ink_config *c = &m->cfg;
     ink_session *s;
     if (ink_session_create(&s, m, 1024, &e)) {
         fprintf(stderr, "bench: %s\n", e.msg);
@@ -225,9 +336,9 @@ static json_t *bench_model(const char *dir, int threads, double bw, double peak,
     double tp[16];
     for (int r = 0; r < reps; r++) {
         ink_session_reset(s);
-        double t0 = now();
+        double t0 = ink_now_s();
         ink_session_eval(s, ids, 128, &(ink_eval_out){.logits = lg}, &e);
-        tp[r] = now() - t0;
+        tp[r] = ink_now_s() - t0;
     }
     double prefill = 128.0 / median(tp, reps);
     /* decode and the verify curve after a 16-token prefix, interleaved over K */
@@ -238,9 +349,9 @@ static json_t *bench_model(const char *dir, int threads, double bw, double peak,
     for (int r = -1; r < reps; r++)
         for (int K = 1; K <= Kmax; K++) {
             ink_session_restore(s, snap, &e);
-            double t0 = now();
+            double t0 = ink_now_s();
             ink_session_eval(s, ids + 16, K, &(ink_eval_out){.logits = lg, .all_logits = 1}, &e);
-            if (r >= 0) tk[K][r] = now() - t0;
+            if (r >= 0) tk[K][r] = ink_now_s() - t0;
         }
     double t1 = 0, cK[11];
     for (int K = 1; K <= Kmax; K++) {
@@ -252,39 +363,12 @@ static json_t *bench_model(const char *dir, int threads, double bw, double peak,
     double td[64];
     int nd = quick ? 16 : 32;
     for (int i = 0; i < nd; i++) {
-        double t0 = now();
+        double t0 = ink_now_s();
         ink_session_eval(s, ids + 16 + i, 1, &(ink_eval_out){.logits = lg}, &e);
-        td[i] = now() - t0;
+        td[i] = ink_now_s() - t0;
     }
     double decode = 1.0 / median(td, nd);
-    /* roofline prediction: shared bytes + U(K) distinct experts per MoE layer (independent routing) */
-    double sb, eb, nmoe;
-    token_bytes(m, &sb, &eb, &nmoe);
-    double E = c->n_expert, k = c->n_expert_used;
-    double flops1 = 0;
-    { /* 2 flops per weight touched by one token; bytes-per-weight from the same matrices */
-        double w = 0;
-        for (int i = 0; i < c->n_layer; i++) {
-            const ink_layer_w *lw = &m->layers[i];
-            const ink_mat *ms[5] = {&lw->at.wq, &lw->at.wk, &lw->at.wv, &lw->at.wr, &lw->at.wo};
-            for (int j = 0; j < 5; j++) w += (double)ms[j]->rows * ms[j]->cols;
-            int I = lw->inter;
-            double ffn = 3.0 * I * c->hidden;
-            w += lw->cfg.moe ? ffn * (k + c->n_shared) + (double)lw->router.rows * lw->router.cols : ffn;
-        }
-        w += (double)c->vocab_unpadded * c->hidden;
-        flops1 = 2 * w;
-    }
-    double pred[11];
-    double p1 = 0;
-    for (int K = 1; K <= Kmax; K++) {
-        double U = E > 0 && nmoe > 0 ? E * (1 - pow(1 - k / E, K)) : 0; /* all-dense: no expert term (was 0 x NaN) */
-        double bytes = sb + nmoe * U * eb;
-        double t = fmax(bytes / (bw * 1e9), K * flops1 / (peak * 1e9));
-        if (K == 1) p1 = t;
-        pred[K] = t / p1;
-    }
-    double bytes1 = sb + nmoe * k * eb;
+    double pred[11], bytes1 = roofline(m, bw, peak, Kmax, pred);
     long rss1 = rss_kb();
     double stored = dir_bytes(dir);
     json_t *j = json_object();
@@ -338,79 +422,80 @@ static void cpu_name(char *out, size_t n)
     if (f) fclose(f);
 }
 
-int cmd_bench(int argc, char **argv)
+#define BENCH_USAGE "usage: inkling bench [-t/--threads N] [--json] [--quick] [--sets all|best|NAME,...] [-m DIR]...\n"
+
+/* One bench run: the command line, the two pools (1 thread and N) and what the probes found. */
+typedef struct bench {
+    int threads, json, quick, nmod, reps, ntc, tcounts[2];
+    const char *models[8], *setarg;
+    ink_pool *pools[2];
+    double bw[2], peak[2];  /* read GB/s and FMA GFLOPS at 1 and N threads */
+    const ink_kernels *sets[4];
+    int nsets;
+    float *x, *y;           /* [128][NK] activations and outputs of the kernel passes */
+} bench;
+
+/* Returns 0, -1 after --help, or the exit code 2 after a message. */
+static int parse(int argc, char **argv, bench *b)
 {
-    int threads = ink_default_threads(), json = 0, quick = 0, nmod = 0;
-    const char *models[8], *setarg = NULL;
+    b->threads = ink_default_threads();
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        if (!strcmp(argv[i], "--json")) b->json = 1;
+        else if (!strcmp(argv[i], "--quick")) b->quick = 1;
         else if (!strcmp(argv[i], "--threads") || !strcmp(argv[i], "-t")) {
             long t;
             const char *v = arg_value(argc, argv, &i);
             if (!v || arg_int(argv[i - 1], v, 1, 256, &t)) return 2;
-            threads = (int)t;
-        } else if (!strcmp(argv[i], "--sets") && i + 1 < argc) setarg = argv[++i];
-        else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc && nmod < 8) models[nmod++] = argv[++i];
+            b->threads = (int)t;
+        } else if (!strcmp(argv[i], "--sets") && i + 1 < argc) b->setarg = argv[++i];
+        else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc && b->nmod < 8)
+            b->models[b->nmod++] = argv[++i];
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: inkling bench [-t/--threads N] [--json] [--quick] [--sets all|best|NAME,...] [-m DIR]...\n");
-            return 0;
+            printf(BENCH_USAGE);
+            return -1;
         } else {
             fprintf(stderr, "inkling bench: unknown option %s\n", argv[i]);
-            fprintf(stderr, "usage: inkling bench [-t/--threads N] [--json] [--quick] [--sets all|best|NAME,...] [-m DIR]...\n");
+            fprintf(stderr, BENCH_USAGE);
             return 2;
         }
     }
-    if (threads < 1) threads = 1;
-    int tcounts[2] = {1, threads}, ntc = threads > 1 ? 2 : 1, reps = quick ? 3 : 5;
-    ink_pool *pools[2] = {ink_pool_create(1), threads > 1 ? ink_pool_create(threads) : NULL};
-    if (!pools[0] || (threads > 1 && !pools[1])) {
-        fprintf(stderr, "bench: cannot start threads\n");
-        return 1;
-    }
-    ink_pool_set_adaptive(pools[1], 0); /* kernel numbers are n-thread numbers */
-    json_t *J = json_object();
-    char cpu[256];
-    cpu_name(cpu, sizeof cpu);
-    json_object_set_new(J, "cpu", json_string(cpu));
-    json_object_set_new(J, "kernels", json_string(ink_kernels_active()->name));
-    json_object_set_new(J, "threads", json_integer(threads));
-    if (!json) printf("inkling bench: %s; kernel set %s; threads 1 and %d\n", cpu, ink_kernels_active()->name, threads);
-    /* machine probes */
+    if (b->threads < 1) b->threads = 1;
+    return 0;
+}
+
+/* Read bandwidth and FMA peak at 1 and N threads (into b->bw, b->peak and J). */
+static int probe_machine(bench *b, json_t *J)
+{
     size_t pb = (size_t)512 << 20;
     void *buf = aligned_alloc(4096, pb);
     if (!buf) return 1;
     memset(buf, 1, pb);
-    double bw[2], peak[2];
-    for (int ti = 0; ti < ntc; ti++) {
+    for (int ti = 0; ti < b->ntc; ti++) {
         double v[9];
-        for (int r = 0; r < reps; r++) v[r] = ink_probe_read(pools[ti], buf, pb, 1);
-        bw[ti] = median(v, reps);
-        for (int r = 0; r < 3; r++) v[r] = ink_probe_fma(pools[ti], quick ? 0.1 : 0.25);
-        peak[ti] = median(v, 3);
+        for (int r = 0; r < b->reps; r++) v[r] = probe_read(b->pools[ti], buf, pb, 1);
+        b->bw[ti] = median(v, b->reps);
+        for (int r = 0; r < 3; r++) v[r] = probe_fma(b->pools[ti], b->quick ? 0.1 : 0.25);
+        b->peak[ti] = median(v, 3);
     }
     free(buf);
-    if (ntc == 1) bw[1] = bw[0], peak[1] = peak[0];
-    json_object_set_new(J, "read_gbs", json_pack("[f,f]", bw[0], bw[1]));
-    json_object_set_new(J, "fma_gflops", json_pack("[f,f]", peak[0], peak[1]));
-    if (!json)
-        printf("machine: read %.1f GB/s (1 thread), %.1f GB/s (%d); f32 FMA %.1f GFLOPS (1), %.1f (%d)\n\n", bw[0],
-               bw[1], threads, peak[0], peak[1], threads);
-    /* kernels */
-    float *x = malloc((size_t)128 * NK * sizeof(float)), *y = malloc((size_t)128 * NK * sizeof(float));
-    if (!x || !y) return 1;
-    for (size_t i = 0; i < (size_t)128 * NK; i++) x[i] = frand();
-    json_t *KJ = json_array();
-    if (!json)
-        printf("%-7s %-10s %3s %8s %8s %9s %8s %8s %8s %8s   (N=K=%d, weights >> L3)\n", "set", "kernel", "thr", "GB/s", "GFLOPS",
-               "roof GB/s", "of roof", "M=16 c", "M=128", "GFLOPS", NK);
+    if (b->ntc == 1) b->bw[1] = b->bw[0], b->peak[1] = b->peak[0];
+    json_object_set_new(J, "read_gbs", json_pack("[f,f]", b->bw[0], b->bw[1]));
+    json_object_set_new(J, "fma_gflops", json_pack("[f,f]", b->peak[0], b->peak[1]));
+    if (!b->json)
+        printf("machine: read %.1f GB/s (1 thread), %.1f GB/s (%d); f32 FMA %.1f GFLOPS (1), %.1f (%d)\n\n", b->bw[0],
+               b->bw[1], b->threads, b->peak[0], b->peak[1], b->threads);
+    return 0;
+}
+
+/* The kernel sets --sets names (default: the SIMD sets, scalar where it is alone). */
+static void pick_sets(bench *b)
+{
     const ink_kernels *avail[4] = {ink_kernels_avx512(), ink_kernels_avx2(), ink_kernels_neon(), ink_kernels_scalar()};
-    const ink_kernels *sets[4];
-    int nsets = 0;
+    const char *setarg = b->setarg;
     for (int i = 0; i < 4; i++) {
         if (!avail[i]) continue;
         int want;
-        if (!setarg) want = avail[i] != ink_kernels_scalar() || nsets == 0; /* SIMD sets; scalar if alone */
+        if (!setarg) want = avail[i] != ink_kernels_scalar() || b->nsets == 0; /* SIMD sets; scalar if alone */
         else if (!strcmp(setarg, "all")) want = 1;
         else if (!strcmp(setarg, "best")) want = avail[i] == ink_kernels_active();
         else {
@@ -418,117 +503,174 @@ int cmd_bench(int argc, char **argv)
             size_t n = strlen(avail[i]->name);
             want = p && (p == setarg || p[-1] == ',') && (p[n] == 0 || p[n] == ',');
         }
-        if (want) sets[nsets++] = avail[i];
+        if (want) b->sets[b->nsets++] = avail[i];
     }
-    const ink_kernels *best_set = ink_kernels_active();
-    for (int si = 0; si < nsets; si++)
-    for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++) {
-        const kind *k = &kinds[ki];
-        ink_kernels_select(sets[si]);
-        mset ms;
-        if (mset_make(&ms, k, quick ? SET_BYTES / 2 : SET_BYTES)) {
+}
+
+/* One row of the kernel table: set si, weight kind k, pool ti (with the small-M curve and the M=128
+ * GEMM at the full thread count). */
+static json_t *kernel_row(const bench *b, int si, const kind *k, const mset *ms, int ti)
+{
+    double bpw = (double)ms->bytes / ((double)ms->n * NK * NK); /* bytes per weight */
+    double t = time_pass(b->pools[ti], ms, ms->n, b->x, b->y, 1, b->reps);
+    double gbs = (double)ms->bytes / t / 1e9, gf = 2.0 * ms->n * NK * (double)NK / t / 1e9;
+    double roof = fmin(b->bw[ti], b->peak[ti] * bpw / 2.0);
+    json_t *kj = json_pack("{s:s,s:s,s:i,s:f,s:f,s:f,s:f}", "set", b->sets[si]->name, "kernel", k->name, "threads",
+                           b->tcounts[ti], "gbs", gbs, "gflops", gf, "roof_gbs", roof, "roof_fraction", gbs / roof);
+    double c16 = 0, g128 = 0;
+    if (ti == b->ntc - 1) { /* small-M curve and prefill GEMM at the full thread count */
+        json_t *cur = json_array();
+        int Ms[5] = {1, 2, 4, 8, 16};
+        double t1 = t;
+        for (int mi = 1; mi < 5; mi++) {
+            double tm = time_pass(b->pools[ti], ms, ms->n < 8 ? ms->n : 8, b->x, b->y, Ms[mi], b->quick ? 2 : 3);
+            tm *= (double)ms->n / (ms->n < 8 ? ms->n : 8);
+            json_array_append_new(cur, json_pack("{s:i,s:f}", "M", Ms[mi], "cost", tm / t1));
+            if (Ms[mi] == 16) c16 = tm / t1;
+        }
+        json_object_set_new(kj, "small_m_cost", cur);
+        double tg = time_pass(b->pools[ti], ms, 1, b->x, b->y, 128, b->quick ? 2 : 3);
+        g128 = 2.0 * 128 * NK * (double)NK / tg / 1e9;
+        json_object_set_new(kj, "gemm_m128_gflops", json_real(g128));
+    }
+    if (!b->json) {
+        printf("%-7s %-10s %3d %8.2f %8.2f %9.2f %8.2f", b->sets[si]->name, k->name, b->tcounts[ti], gbs, gf, roof,
+               gbs / roof);
+        if (c16 > 0) printf(" %8.2f %8s %8.1f", c16, "", g128);
+        printf("\n");
+    }
+    return kj;
+}
+
+/* The kernel table: every picked set x weight kind x thread count. */
+static json_t *bench_kernels(const bench *b)
+{
+    json_t *KJ = json_array();
+    if (!b->json)
+        printf("%-7s %-10s %3s %8s %8s %9s %8s %8s %8s %8s   (N=K=%d, weights >> L3)\n", "set", "kernel", "thr", "GB/s", "GFLOPS",
+               "roof GB/s", "of roof", "M=16 c", "M=128", "GFLOPS", NK);
+    for (int si = 0; si < b->nsets; si++)
+        for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++) {
+            const kind *k = &kinds[ki];
+            ink_kernels_select(b->sets[si]);
+            mset ms;
+            if (mset_make(&ms, k, b->quick ? SET_BYTES / 2 : SET_BYTES)) {
+                mset_free(&ms);
+                continue;
+            }
+            for (int ti = 0; ti < b->ntc; ti++) json_array_append_new(KJ, kernel_row(b, si, k, &ms, ti));
             mset_free(&ms);
-            continue;
         }
-        double bpw = (double)ms.bytes / ((double)ms.n * NK * NK); /* bytes per weight */
-        for (int ti = 0; ti < ntc; ti++) {
-            double t = time_pass(pools[ti], &ms, ms.n, x, y, 1, reps);
-            double gbs = (double)ms.bytes / t / 1e9, gf = 2.0 * ms.n * NK * (double)NK / t / 1e9;
-            double roof = fmin(bw[ti], peak[ti] * bpw / 2.0);
-            json_t *kj = json_pack("{s:s,s:s,s:i,s:f,s:f,s:f,s:f}", "set", sets[si]->name, "kernel", k->name, "threads", tcounts[ti], "gbs", gbs,
-                                   "gflops", gf, "roof_gbs", roof, "roof_fraction", gbs / roof);
-            double c16 = 0, g128 = 0;
-            if (ti == ntc - 1) { /* small-M curve and prefill GEMM at the full thread count */
-                json_t *cur = json_array();
-                int Ms[5] = {1, 2, 4, 8, 16};
-                double t1 = t;
-                for (int mi = 1; mi < 5; mi++) {
-                    double tm = time_pass(pools[ti], &ms, ms.n < 8 ? ms.n : 8, x, y, Ms[mi], quick ? 2 : 3);
-                    tm *= (double)ms.n / (ms.n < 8 ? ms.n : 8);
-                    json_array_append_new(cur, json_pack("{s:i,s:f}", "M", Ms[mi], "cost", tm / t1));
-                    if (Ms[mi] == 16) c16 = tm / t1;
-                }
-                json_object_set_new(kj, "small_m_cost", cur);
-                double tg = time_pass(pools[ti], &ms, 1, x, y, 128, quick ? 2 : 3);
-                g128 = 2.0 * 128 * NK * (double)NK / tg / 1e9;
-                json_object_set_new(kj, "gemm_m128_gflops", json_real(g128));
-            }
-            json_array_append_new(KJ, kj);
-            if (!json) {
-                printf("%-7s %-10s %3d %8.2f %8.2f %9.2f %8.2f", sets[si]->name, k->name, tcounts[ti], gbs, gf, roof, gbs / roof);
-                if (c16 > 0) printf(" %8.2f %8s %8.1f", c16, "", g128);
-                printf("\n");
-            }
-        }
-        mset_free(&ms);
-    }
-    ink_kernels_select(best_set);
-    json_object_set_new(J, "kernels_table", KJ);
-    /* OpenBLAS, when installed */
+    return KJ;
+}
+
+/* OpenBLAS's sgemv / sgemm on the f32 matrices, when the library is installed (J's "openblas"). */
+static void bench_openblas(const bench *b, json_t *J)
+{
     void *ob = dlopen("libopenblas.so.0", RTLD_NOW);
     if (!ob) ob = dlopen("libopenblas.so", RTLD_NOW);
-    if (ob) {
-        sgemv_fn gemv = (sgemv_fn)dlsym(ob, "cblas_sgemv");
-        sgemm_fn gemm = (sgemm_fn)dlsym(ob, "cblas_sgemm");
-        setthr_fn st = (setthr_fn)dlsym(ob, "openblas_set_num_threads");
-        kind f = kinds[0];
-        mset ms;
-        if (gemv && gemm && !mset_make(&ms, &f, SET_BYTES)) {
-            json_t *OJ = json_array();
-            for (int ti = 0; ti < ntc; ti++) {
-                if (st) st(tcounts[ti]);
-                double v[9], g[3];
-                for (int r = 0; r < reps; r++) {
-                    double t0 = now();
-                    for (int i = 0; i < ms.n; i++)
-                        gemv(101, 111, NK, NK, 1.0f, ms.m[i].data, NK, x, 1, 0.0f, y, 1); /* row-major, no trans */
-                    v[r] = now() - t0;
-                }
-                double tv = median(v, reps);
-                int Ms[3] = {1, 16, 128};
-                for (int mi = 0; mi < 3; mi++) {
-                    double w[3];
-                    for (int r = 0; r < 3; r++) {
-                        double t0 = now();
-                        gemm(101, 111, 112, Ms[mi], NK, NK, 1.0f, x, NK, ms.m[0].data, NK, 0.0f, y, NK);
-                        w[r] = now() - t0;
-                    }
-                    g[mi] = 2.0 * Ms[mi] * NK * (double)NK / median(w, 3) / 1e9;
-                }
-                double gbs = (double)ms.bytes / tv / 1e9;
-                json_array_append_new(OJ, json_pack("{s:i,s:f,s:f,s:f,s:f}", "threads", tcounts[ti], "sgemv_gbs", gbs,
-                                                    "sgemm_m1_gflops", g[0], "sgemm_m16_gflops", g[1],
-                                                    "sgemm_m128_gflops", g[2]));
-                if (!json)
-                    printf("%-7s %-10s %3d %8.2f %8.2f  (sgemv; sgemm GFLOPS M=1 %.1f, M=16 %.1f, M=128 %.1f)\n", "", "openblas",
-                           tcounts[ti], gbs, 2.0 * ms.n * NK * (double)NK / tv / 1e9, g[0], g[1], g[2]);
-            }
-            json_object_set_new(J, "openblas", OJ);
-            mset_free(&ms);
-        }
-        dlclose(ob);
-    } else {
+    if (!ob) {
         json_object_set_new(J, "openblas", json_null());
-        if (!json) printf("openblas   not installed (libopenblas.so.0 not found)\n");
+        if (!b->json) printf("openblas   not installed (libopenblas.so.0 not found)\n");
+        return;
     }
-    free(x), free(y);
-    /* models */
+    sgemv_fn gemv = (sgemv_fn)dlsym(ob, "cblas_sgemv");
+    sgemm_fn gemm = (sgemm_fn)dlsym(ob, "cblas_sgemm");
+    setthr_fn st = (setthr_fn)dlsym(ob, "openblas_set_num_threads");
+    kind f = kinds[0];
+    mset ms;
+    const float *x = b->x;
+    float *y = b->y;
+    if (gemv && gemm && !mset_make(&ms, &f, SET_BYTES)) {
+        json_t *OJ = json_array();
+        for (int ti = 0; ti < b->ntc; ti++) {
+            if (st) st(b->tcounts[ti]);
+            double v[9], g[3];
+            for (int r = 0; r < b->reps; r++) {
+                double t0 = ink_now_s();
+                for (int i = 0; i < ms.n; i++)
+                    gemv(101, 111, NK, NK, 1.0f, ms.m[i].data, NK, x, 1, 0.0f, y, 1); /* row-major, no trans */
+                v[r] = ink_now_s() - t0;
+            }
+            double tv = median(v, b->reps);
+            int Ms[3] = {1, 16, 128};
+            for (int mi = 0; mi < 3; mi++) {
+                double w[3];
+                for (int r = 0; r < 3; r++) {
+                    double t0 = ink_now_s();
+                    gemm(101, 111, 112, Ms[mi], NK, NK, 1.0f, x, NK, ms.m[0].data, NK, 0.0f, y, NK);
+                    w[r] = ink_now_s() - t0;
+                }
+                g[mi] = 2.0 * Ms[mi] * NK * (double)NK / median(w, 3) / 1e9;
+            }
+            double gbs = (double)ms.bytes / tv / 1e9;
+            json_array_append_new(OJ, json_pack("{s:i,s:f,s:f,s:f,s:f}", "threads", b->tcounts[ti], "sgemv_gbs", gbs,
+                                                "sgemm_m1_gflops", g[0], "sgemm_m16_gflops", g[1],
+                                                "sgemm_m128_gflops", g[2]));
+            if (!b->json)
+                printf("%-7s %-10s %3d %8.2f %8.2f  (sgemv; sgemm GFLOPS M=1 %.1f, M=16 %.1f, M=128 %.1f)\n", "", "openblas",
+                       b->tcounts[ti], gbs, 2.0 * ms.n * NK * (double)NK / tv / 1e9, g[0], g[1], g[2]);
+        }
+        json_object_set_new(J, "openblas", OJ);
+        mset_free(&ms);
+    }
+    dlclose(ob);
+}
+
+/* machine probes, kernel table, OpenBLAS and models, each with every picked set; 0 or the exit code */
+static int run_bench(bench *b, json_t *J)
+{
+    if (probe_machine(b, J)) return 1;
+    b->x = malloc((size_t)128 * NK * sizeof(float)), b->y = malloc((size_t)128 * NK * sizeof(float));
+    if (!b->x || !b->y) return 1;
+    for (size_t i = 0; i < (size_t)128 * NK; i++) b->x[i] = frand();
+    pick_sets(b);
+    const ink_kernels *best_set = ink_kernels_active();
+    json_object_set_new(J, "kernels_table", bench_kernels(b));
+    ink_kernels_select(best_set);
+    bench_openblas(b, J);
+    free(b->x), free(b->y);
+    b->x = b->y = NULL;
     json_t *MJ = json_array();
-    for (int si = 0; si < nsets; si++)
-        for (int i = 0; i < nmod; i++) {
-            ink_kernels_select(sets[si]);
-            json_t *mj = bench_model(models[i], threads, bw[ntc - 1], peak[ntc - 1], quick, json);
-            if (mj) json_object_set_new(mj, "set", json_string(sets[si]->name)), json_array_append_new(MJ, mj);
+    for (int si = 0; si < b->nsets; si++)
+        for (int i = 0; i < b->nmod; i++) {
+            ink_kernels_select(b->sets[si]);
+            json_t *mj = bench_model(b->models[i], b->threads, b->bw[b->ntc - 1], b->peak[b->ntc - 1], b->quick, b->json);
+            if (mj) json_object_set_new(mj, "set", json_string(b->sets[si]->name)), json_array_append_new(MJ, mj);
         }
     ink_kernels_select(best_set);
     json_object_set_new(J, "models", MJ);
-    if (json) {
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench b = {0};
+    int rc = parse(argc, argv, &b);
+    if (rc) return rc < 0 ? 0 : rc;
+    b.tcounts[0] = 1, b.tcounts[1] = b.threads, b.ntc = b.threads > 1 ? 2 : 1, b.reps = b.quick ? 3 : 5;
+    b.pools[0] = ink_pool_create(1), b.pools[1] = b.threads > 1 ? ink_pool_create(b.threads) : NULL;
+    if (!b.pools[0] || (b.threads > 1 && !b.pools[1])) {
+        fprintf(stderr, "bench: cannot start threads\n");
+        return 1;
+    }
+    ink_pool_set_adaptive(b.pools[1], 0); /* kernel numbers are n-thread numbers */
+    json_t *J = json_object();
+    char cpu[256];
+    cpu_name(cpu, sizeof cpu);
+    json_object_set_new(J, "cpu", json_string(cpu));
+    json_object_set_new(J, "kernels", json_string(ink_kernels_active()->name));
+    json_object_set_new(J, "threads", json_integer(b.threads));
+    if (!b.json) printf("inkling bench: %s; kernel set %s; threads 1 and %d\n", cpu, ink_kernels_active()->name, b.threads);
+    rc = run_bench(&b, J);
+    free(b.x), free(b.y);
+    if (!rc && b.json) {
         char *txt = json_dumps(J, JSON_INDENT(1) | JSON_REAL_PRECISION(5));
         if (txt) puts(txt);
         free(txt);
     }
     json_decref(J);
-    ink_pool_free(pools[0]);
-    ink_pool_free(pools[1]);
-    return 0;
+    ink_pool_free(b.pools[0]);
+    ink_pool_free(b.pools[1]);
+    return rc;
 }

@@ -32,9 +32,9 @@ static void on_sigint(int sig)
 typedef struct gargs {
     const char *model, *ids, *prompt, *file, *system, *effort, *draft_kind, *draft_model, *mtp_mode;
     const char *stats_path, *trace_path;
-    long threads, n_ctx, n_gen, seed, top_k, block, last_n, draft_vocab, block_max; /* block 0: auto */
-    double temp, top_p, min_p, rep, freq, pres;
-    int set_temp, set_top_k, set_top_p, set_min_p, set_rep, set_draft, set_block, set_dvocab;
+    long threads, n_ctx, n_gen, block_max;
+    cli_sampling smp;
+    cli_engine en; /* draft kind, block size (0: auto), draft vocabulary: flags, then inkling.json */
     int raw, special, show_reasoning, stop_eos, capture; /* capture: 1 capture-and-commit, 0 restore + replay */
     int set_mtp_mode, set_rollback, check_tensors;
     int activations; /* enum ink_activations (0: auto) */
@@ -43,9 +43,9 @@ typedef struct gargs {
 static void defaults(gargs *a)
 {
     memset(a, 0, sizeof *a);
-    a->draft_kind = "auto", a->mtp_mode = "per-depth"; /* auto: the model's own MTP head where it has one */
-    a->n_gen = -1, a->top_k = 40, a->last_n = 64;
-    a->temp = 0.8, a->top_p = 0.95, a->min_p = 0.05, a->rep = 1.0;
+    a->en.draft_kind = "auto", a->mtp_mode = "per-depth"; /* auto: the model's own MTP head where it has one */
+    a->n_gen = -1;
+    cli_sampling_init(&a->smp);
     a->stop_eos = -1;
     a->capture = 1;
 }
@@ -78,6 +78,11 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
 {
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = NULL;
+        int sf = cli_sampling_flag(argc, argv, &i, &a->smp);
+        if (sf) {
+            if (sf < 0) return 2;
+            continue;
+        }
 #define VAL() if (!(v = arg_value(argc, argv, &i))) return 2
 #define INT(dst, lo, hi) do { VAL(); if (arg_int(o, v, lo, hi, &(dst))) return 2; } while (0)
 #define FLT(dst, lo, hi) do { VAL(); if (arg_float(o, v, lo, hi, &(dst))) return 2; } while (0)
@@ -99,15 +104,6 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
         else if (!strcmp(o, "--special")) a->special = 1;
         else if (!strcmp(o, "--show-reasoning")) a->show_reasoning = 1;
         else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) INT(a->n_gen, 0, 1L << 30);
-        else if (!strcmp(o, "--temp") || !strcmp(o, "--temperature")) { FLT(a->temp, 0, 100); a->set_temp = 1; }
-        else if (!strcmp(o, "--top-k")) { INT(a->top_k, 0, 1L << 30); a->set_top_k = 1; }
-        else if (!strcmp(o, "--top-p")) { FLT(a->top_p, 0, 1); a->set_top_p = 1; }
-        else if (!strcmp(o, "--min-p")) { FLT(a->min_p, 0, 1); a->set_min_p = 1; }
-        else if (!strcmp(o, "--repeat-penalty")) { FLT(a->rep, 0, 10); a->set_rep = 1; }
-        else if (!strcmp(o, "--repeat-last-n")) INT(a->last_n, -1, 1L << 30);
-        else if (!strcmp(o, "--frequency-penalty")) FLT(a->freq, -10, 10);
-        else if (!strcmp(o, "--presence-penalty")) FLT(a->pres, -10, 10);
-        else if (!strcmp(o, "--seed") || !strcmp(o, "-s")) INT(a->seed, 0, 0x7fffffffL);
         else if (!strcmp(o, "--ids")) { /* token mode prints ids; accepted for the contract */ }
         else if (!strcmp(o, "--stop-eos")) a->stop_eos = 1;
         else if (!strcmp(o, "--ignore-eos")) a->stop_eos = 0;
@@ -117,14 +113,14 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
                 fprintf(stderr, "inkling %s: --draft-kind must be auto, none or mtp, found '%s'\n", cmd, v);
                 return 2;
             }
-            a->draft_kind = v;
-            a->set_draft = 1;
+            a->en.draft_kind = v;
+            a->en.set_kind = 1;
         } else if (!strcmp(o, "--draft-model")) { VAL(); a->draft_model = v; }
         else if (!strcmp(o, "--draft-block-size")) {
             VAL();
-            if (!strcmp(v, "auto")) a->block = 0;
-            else if (arg_int(o, v, 1, INK_MAX_BLOCK, &a->block)) return 2;
-            a->set_block = 1;
+            if (!strcmp(v, "auto")) a->en.block = 0;
+            else if (arg_int(o, v, 1, INK_MAX_BLOCK, &a->en.block)) return 2;
+            a->en.set_block = 1;
         } else if (!strcmp(o, "--draft-max")) INT(a->block_max, 1, INK_MAX_BLOCK);
         else if (!strcmp(o, "--mtp-mode")) {
             VAL();
@@ -143,7 +139,7 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
             }
             a->capture = !strcmp(v, "commit");
             a->set_rollback = 1;
-        } else if (!strcmp(o, "--draft-vocab")) { INT(a->draft_vocab, 0, 1L << 30); a->set_dvocab = 1; }
+        } else if (!strcmp(o, "--draft-vocab")) { INT(a->en.dvocab, 0, 1L << 30); a->en.set_dvocab = 1; }
         else if (!strcmp(o, "--stats-json")) { VAL(); a->stats_path = v; }
         else if (!strcmp(o, "--trace")) { VAL(); a->trace_path = v; }
         else if (!strcmp(o, "--check-tensors")) a->check_tensors = 1;
@@ -159,21 +155,6 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
 #undef FLT
     }
     return 0;
-}
-
-/* inkling.json of a model directory may name engine defaults the command line did not set
- * (cfg_inkling). Invalid JSON or a bad field is an error naming both. */
-static int apply_inkling_json(gargs *a, const char *dir)
-{
-    return cfg_inkling(dir, &a->draft_kind, a->set_draft, &a->block, a->set_block, &a->draft_vocab, a->set_dvocab);
-}
-
-/* generation_config.json of the model supplies sampling defaults the command line did not set. */
-static int apply_generation_config(gargs *a, const char *dir)
-{
-    int set = (a->set_temp ? CFG_SET_TEMP : 0) | (a->set_top_k ? CFG_SET_TOP_K : 0) | (a->set_top_p ? CFG_SET_TOP_P : 0) |
-              (a->set_min_p ? CFG_SET_MIN_P : 0) | (a->set_rep ? CFG_SET_REP : 0);
-    return cfg_generation(dir, set, &a->temp, &a->top_k, &a->top_p, &a->min_p, &a->rep);
 }
 
 /* Options that do not apply to the chosen mode are refused (exit 2), never silently dropped. */
@@ -206,9 +187,9 @@ static int check_applies(const gargs *a, const char *cmd, int text, int raw)
  * or (no_head) when the default found no MTP head in the model. */
 static int check_drafting(const gargs *a, const char *cmd, int no_head, const char *dir)
 {
-    if (!no_head && strcmp(a->draft_kind, "none")) return 0;
-    const char *bad = a->set_block ? "--draft-block-size" : a->block_max ? "--draft-max" : a->draft_model ? "--draft-model"
-                      : a->set_dvocab ? "--draft-vocab" : a->set_mtp_mode ? "--mtp-mode" : a->set_rollback ? "--rollback" : NULL;
+    if (!no_head && strcmp(a->en.draft_kind, "none")) return 0;
+    const char *bad = a->en.set_block ? "--draft-block-size" : a->block_max ? "--draft-max" : a->draft_model ? "--draft-model"
+                      : a->en.set_dvocab ? "--draft-vocab" : a->set_mtp_mode ? "--mtp-mode" : a->set_rollback ? "--rollback" : NULL;
     if (!bad) return 0;
     if (no_head)
         fprintf(stderr, "inkling %s: %s needs a drafter, and %s has no MTP head (no model.mtp.layers.* tensors)\n", cmd,
@@ -355,10 +336,23 @@ static void print_timings(const ink_gen_stats *st, int drafting, const char *mod
     fprintf(stderr, "prompt eval: %d tokens in %.2f ms (%.2f tok/s)%s; eval: %d tokens in %.2f ms (%.2f tok/s)", fed,
             st->prefill_s * 1e3, fed / fmax(st->prefill_s, 1e-9), st->reused_tokens ? " (prefix reused)" : "",
             st->generated_tokens, st->decode_s * 1e3, dec);
-    if (drafting)
-        fprintf(stderr, "; mtp %s K=%d: %d rounds, %d/%d drafts accepted (%.1f%%), %.3f tokens per round", mode,
-                st->k_requested, st->rounds, st->accepted, st->drafted, st->drafted ? 100.0 * st->accepted / st->drafted : 0.0,
+    if (drafting) {
+        char k[16];
+        if (st->auto_block) snprintf(k, sizeof k, "auto");
+        else snprintf(k, sizeof k, "%d", st->k_requested);
+        fprintf(stderr, "; mtp %s K=%s: %d rounds, %d/%d drafts accepted (%.1f%%), %.3f tokens per round", mode, k,
+                st->rounds, st->accepted, st->drafted, st->drafted ? 100.0 * st->accepted / st->drafted : 0.0,
                 st->rounds ? (double)st->round_emitted / st->rounds : 0.0);
+        if (st->auto_block) { /* the widths chosen, and what the controller expects of its choice */
+            fprintf(stderr, "; K chosen:");
+            for (int K = 1; K <= INK_MAX_BLOCK; K++)
+                if (st->k_hist[K]) fprintf(stderr, " %dx%d", K, st->k_hist[K]);
+            int b = st->ctl_best;
+            if (b >= 1 && b <= st->ctl_kmax && st->ctl_rate[b] > 0)
+                fprintf(stderr, "; best now K=%d (%.2f tokens per %.3f ms round)", b, st->ctl_expected[b],
+                        st->ctl_expected[b] / st->ctl_rate[b] * 1e3);
+        }
+    }
     fprintf(stderr, "\n");
 }
 
@@ -399,8 +393,8 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     if (a->draft_model && arg_model_dir("--draft-model", ink_cli_model_dir(a->draft_model))) return 1;
     if (need_tok && ink_tokenizer_open(&r->tok, r->dir, &r->e)) return cli_fail(&r->e);
     /* token mode keeps the reference's sampling defaults: generation_config.json is validated only */
-    gargs scratch = *a;
-    if (apply_generation_config(need_tok ? a : &scratch, r->dir) || apply_inkling_json(a, r->dir)) return 1;
+    if (cli_model_defaults(r->dir, a->draft_model ? ink_cli_model_dir(a->draft_model) : NULL, &a->smp, need_tok, &a->en))
+        return 1;
     if (check_drafting(a, r->cmd, 0, r->dir)) return 2;
     if (a->stats_path && arg_out_file("--stats-json", a->stats_path)) return 1;
     if (a->trace_path && arg_out_file("--trace", a->trace_path)) return 1;
@@ -410,20 +404,16 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     if (a->check_tensors && ink_model_check_tensors(r->m, &r->e)) return cli_fail(&r->e);
     if (cfg_generation_eos(r->dir, ink_model_n_vocab(r->m))) return 1;
     const char *ddir = a->draft_model ? ink_cli_model_dir(a->draft_model) : r->dir;
-    if (strcmp(a->draft_kind, "none")) {
+    if (strcmp(a->en.draft_kind, "none")) {
         int rc = ink_drafter_open(&r->d, r->m, ddir, &r->e);
         /* the default drafts with the model's own head where it has one, and decodes plainly where not */
-        if (rc == INK_E_ABSENT && !strcmp(a->draft_kind, "auto") && !a->draft_model) {
+        if (rc == INK_E_ABSENT && !strcmp(a->en.draft_kind, "auto") && !a->draft_model) {
             if (check_drafting(a, r->cmd, 1, ddir)) return 2;
             r->e = (ink_err){0};
         } else if (rc)
             return cli_fail(&r->e);
     }
-    char dvp[4200];
-    snprintf(dvp, sizeof dvp, "%s/draft_vocab.json", ddir ? ddir : "");
-    /* a default from inkling.json applies only where the drafter directory has the ranking */
-    if (a->draft_vocab > 0 && !a->set_dvocab && access(dvp, F_OK) != 0) a->draft_vocab = 0;
-    if (r->d && a->draft_vocab > 0 && ink_drafter_load_vocab(r->d, ddir, (int)a->draft_vocab, &r->e))
+    if (r->d && a->en.dvocab > 0 && ink_drafter_load_vocab(r->d, ddir, (int)a->en.dvocab, &r->e))
         return cli_fail(&r->e);
     long n_ctx = a->n_ctx, max_ctx = ink_model_get_info(r->m)->max_ctx;
     if (!n_ctx && n_ctx_hint > 4096) n_ctx = n_ctx_hint < max_ctx ? n_ctx_hint : max_ctx;
@@ -433,12 +423,9 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     ink_gen_opts *o = &r->o;
     o->stop_eos = a->stop_eos;
     o->eos = -1;
-    o->sampling = (ink_sampling){.temp = (float)a->temp, .top_k = (int)a->top_k, .top_p = (float)a->top_p,
-                                 .min_p = (float)a->min_p, .seed = (uint64_t)a->seed, .repeat_penalty = (float)a->rep,
-                                 .frequency_penalty = (float)a->freq, .presence_penalty = (float)a->pres,
-                                 .penalty_last_n = (int)a->last_n};
+    o->sampling = cli_sampling_value(&a->smp);
     o->drafter = r->d;
-    o->block_size = (int)a->block;
+    o->block_size = (int)a->en.block;
     o->block_max = (int)a->block_max;
     o->mtp_mode = !strcmp(a->mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
     o->capture_commit = a->capture;
@@ -537,7 +524,7 @@ static int generate_once(run *r, const int32_t *ids, int n_ids, int text_mode, i
         if (grc == INK_E_CANCELLED) fprintf(stderr, "(interrupted)\n");
         print_timings(&st, r->d != NULL, a->mtp_mode);
         if (a->stats_path && write_stats(a->stats_path, &st, r->d ? a->mtp_mode : "none", r->d ? ink_drafter_n_depth(r->d) : 0,
-                                         r->d ? a->draft_vocab : 0, a->capture))
+                                         r->d ? a->en.dvocab : 0, a->capture))
             rc = 1;
     }
     if (trace && fclose(trace)) rc = (fprintf(stderr, "inkling: %s: write failed\n", a->trace_path), 1);
@@ -669,6 +656,13 @@ int cmd_chat(int argc, char **argv)
         return 1;
     }
     r.o.reuse_prefix = 1;
+    /* the prompt cache: a turn that does not extend the history (after /reset, or an edited one)
+     * still resumes from the longest common prefix */
+    if (ink_session_set_checkpoints(r.s, -1, &r.e)) {
+        int frc = cli_fail(&r.e);
+        run_free(&r);
+        return frc;
+    }
     ink_chat_ids cid;
     ink_chat_ids_get(r.tok, &cid, NULL);
     ink_tokens hist = {0};

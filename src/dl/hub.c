@@ -31,13 +31,6 @@ int hub_pathf(char *out, size_t n, const char *fmt, ...)
     return l < 0 || (size_t)l >= n ? -1 : 0;
 }
 
-double hub_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 void hub_sleep_s(double s)
 {
     if (s <= 0) return;

@@ -101,7 +101,7 @@ static void draw_progress(dl *d, int final)
 {
     hub *h = d->h;
     if (!h->log || !h->o->tty) return;
-    double t = hub_now_s();
+    double t = ink_now_s();
     if (!final && t - d->t_draw < 0.1) return;
     d->t_draw = t;
     double el = t - d->t0;
@@ -332,7 +332,7 @@ static int finish(dl *d, const char *dest, const char *what, ink_err *err)
                            strerror(errno));
     fsync_dir_of(dest);
     if (h->log) {
-        double el = hub_now_s() - d->t0;
+        double el = ink_now_s() - d->t0;
         char b[32], r[32];
         hub_human_bytes((double)d->have, b, sizeof b);
         hub_human_bytes(el > 0 ? (double)(d->have - d->session0) / el : 0, r, sizeof r);
@@ -367,7 +367,7 @@ int hub_download_one(hub *h, hub_file *f, const char *dest, int idx, int n, ink_
     if (resumed_at > 0)
         hub_logf(h, "[%d/%d] %s: resuming at byte %lld\n", idx, n, f->path, (long long)resumed_at);
     d.session0 = d.have;
-    d.t0 = hub_now_s();
+    d.t0 = ink_now_s();
     int idle = 0, fresh_restarts = 0, attempts = 0;
     char what[64];
     while (1) {

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/clock.h"
 #include "dl/hub.h"
 
 #define MAX_LISTING_BYTES (8u << 20)
@@ -78,7 +79,6 @@ typedef struct origin {
 
 
 int hub_pathf(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-double hub_now_s(void);
 void hub_sleep_s(double s);
 void hub_human_bytes(double b, char *out, size_t n);
 void hub_human_time(double s, char *out, size_t n);

@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK 64
-
 typedef struct ink_depth {
     ink_layer_cfg cfg;
     float *embed_norm, *hidden_norm; /* [H] */
@@ -20,7 +18,8 @@ typedef struct ink_depth {
 
 struct ink_drafter {
     ink_model *target;
-    ink_model *dm;                   /* drafter config + MTP tensor table; pool borrowed from the target */
+    ink_config cfg;                  /* the drafter directory's config.json */
+    ink_weights w;                   /* its MTP tensors; views on f32 activations (act_int8 0, as always) */
     int D;
     float *chain_norm;               /* NULL unless chain_hidden_post_norm and the tensor exist */
     ink_depth d[INK_MAX_DEPTH];
@@ -51,15 +50,12 @@ void ink_drafter_free(ink_drafter *d)
     free(d->in2);
     free(d->tmp);
     free(d->vocab_ids), free(d->vocab_mem), free(d->vlog);
-    if (d->dm) {
-        d->dm->pool = NULL; /* borrowed from the target */
-        ink_model_free(d->dm);
-    }
+    ink_weights_free(&d->w);
     free(d);
 }
 
 int ink_drafter_n_depth(const ink_drafter *d) { return d->D; }
-int ink_drafter_n_files(const ink_drafter *d) { return d->dm->td.n_files; }
+int ink_drafter_n_files(const ink_drafter *d) { return d->w.td.n_files; }
 int ink_drafter_n_vocab(const ink_drafter *d) { return d->n_vocab; }
 const ink_layer_cfg *ink_depth_cfg(const ink_drafter *d, int m) { return &d->d[m].cfg; }
 const ink_layer_w *ink_depth_weights(const ink_drafter *d, int m) { return &d->d[m].block; }
@@ -75,18 +71,15 @@ int ink_drafter_open(ink_drafter **out, ink_model *target, const char *dir, ink_
     int rc;
     if (!d) return ink_err_set(err, INK_E_NOMEM, "out of memory");
     d->target = target;
-    if (!(d->dm = calloc(1, sizeof *d->dm))) {
-        rc = ink_err_set(err, INK_E_NOMEM, "out of memory");
-        goto fail;
-    }
+    d->w.cfg = &d->cfg;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if ((rc = ink_config_load(&d->dm->cfg, path, err))) goto fail;
-    if ((rc = ink_tdir_open(&d->dm->td, dir, INK_TDIR_MTP, err))) goto fail;
-    const ink_config *c = &d->dm->cfg, *tc = &target->cfg;
+    if ((rc = ink_config_load(&d->cfg, path, err))) goto fail;
+    if ((rc = ink_tdir_open(&d->w.td, dir, INK_TDIR_MTP, err))) goto fail;
+    const ink_config *c = &d->cfg, *tc = &target->cfg;
     int blocks = 0;
-    for (int i = 0; i < d->dm->td.n; i++) {
-        const char *n = d->dm->td.refs[i].name;
+    for (int i = 0; i < d->w.td.n; i++) {
+        const char *n = d->w.td.refs[i].name;
         const char *q = starts(n, "model.mtp.layers.") ? n + 17 : starts(n, "mtp.layers.") ? n + 11 : NULL;
         if (q && atoi(q) + 1 > blocks) blocks = atoi(q) + 1;
     }
@@ -126,17 +119,16 @@ int ink_drafter_open(ink_drafter **out, ink_model *target, const char *dir, ink_
         char pre[128], name[192];
         p->cfg = ink_config_mtp_layer(c, m);
         snprintf(name, sizeof name, "model.mtp.layers.%d.embed_norm.weight", m);
-        if ((rc = ink_bind_vec(d->dm, &d->dm->td, name, H, &p->embed_norm, err))) goto fail;
+        if ((rc = ink_bind_vec(&d->w, name, H, &p->embed_norm, err))) goto fail;
         snprintf(name, sizeof name, "model.mtp.layers.%d.hidden_norm.weight", m);
-        if ((rc = ink_bind_vec(d->dm, &d->dm->td, name, H, &p->hidden_norm, err))) goto fail;
+        if ((rc = ink_bind_vec(&d->w, name, H, &p->hidden_norm, err))) goto fail;
         snprintf(name, sizeof name, "model.mtp.layers.%d.input_proj.weight", m);
-        if ((rc = ink_bind_mat(d->dm, &d->dm->td, name, H, 2 * H, &p->input_proj, err))) goto fail;
+        if ((rc = ink_bind_mat(&d->w, name, H, 2 * H, &p->input_proj, err))) goto fail;
         snprintf(pre, sizeof pre, "model.mtp.layers.%d.transformer_block.", m);
-        if ((rc = ink_bind_layer(d->dm, &d->dm->td, pre, &p->cfg, &p->block, err))) goto fail;
+        if ((rc = ink_bind_layer(&d->w, pre, &p->cfg, &p->block, err))) goto fail;
     }
-    if (c->mtp_chain_post_norm && ink_tdir_find(&d->dm->td, "model.mtp.chain_norm.weight"))
-        if ((rc = ink_bind_vec(d->dm, &d->dm->td, "model.mtp.chain_norm.weight", H, &d->chain_norm, err))) goto fail;
-    d->dm->pool = target->pool;
+    if (c->mtp_chain_post_norm && ink_tdir_find(&d->w.td, "model.mtp.chain_norm.weight"))
+        if ((rc = ink_bind_vec(&d->w, "model.mtp.chain_norm.weight", H, &d->chain_norm, err))) goto fail;
     *out = d;
     return INK_OK;
 fail:
@@ -156,21 +148,21 @@ int ink_drafter_prepare(ink_drafter *d, int n_ctx, ink_err *err)
     free(d->in2), free(d->tmp);
     d->in2 = d->tmp = NULL;
     d->n_ctx = 0;
-    int H = d->dm->cfg.hidden, rc;
+    int H = d->cfg.hidden, rc;
     for (int m = 0; m < d->D; m++) {
         ink_depth *p = &d->d[m];
-        if ((rc = ink_layer_cache_init(&p->cache, d->dm, &p->cfg, ink_layer_kv_cap(&p->cfg, n_ctx, CHUNK), err)))
+        if ((rc = ink_layer_cache_init(&p->cache, &d->cfg, &p->cfg, ink_layer_kv_cap(&p->cfg, n_ctx, INK_CHUNK), err)))
             return rc;
         if (!(p->conv_save = malloc(ink_layer_cache_conv_floats(&p->cache) * sizeof(float) + 1)))
             return ink_err_set(err, INK_E_NOMEM, "out of memory");
-        int S = d->dm->cfg.conv_k - 1; /* capture buffers: one chunk of raw conv inputs (ink_depth_commit) */
+        int S = d->cfg.conv_k - 1; /* capture buffers: one chunk of raw conv inputs (ink_depth_commit) */
         for (int i = 0; i < 4; i++)
-            if (!(p->cache.capt[i] = malloc((size_t)CHUNK * (S ? p->cache.conv_n[i] / S : 1) * sizeof(float) + 1)))
+            if (!(p->cache.capt[i] = malloc((size_t)INK_CHUNK * (S ? p->cache.conv_n[i] / S : 1) * sizeof(float) + 1)))
                 return ink_err_set(err, INK_E_NOMEM, "out of memory");
     }
-    if ((rc = ink_scratch_init(&d->sc, d->dm, CHUNK, n_ctx, err))) return rc;
-    d->in2 = malloc((size_t)CHUNK * 2 * H * sizeof(float));
-    d->tmp = malloc((size_t)CHUNK * H * sizeof(float));
+    if ((rc = ink_scratch_init(&d->sc, &(ink_layer_env){&d->cfg, d->target->pool}, INK_CHUNK, n_ctx, err))) return rc;
+    d->in2 = malloc((size_t)INK_CHUNK * 2 * H * sizeof(float));
+    d->tmp = malloc((size_t)INK_CHUNK * H * sizeof(float));
     if (!d->in2 || !d->tmp) return ink_err_set(err, INK_E_NOMEM, "out of memory");
     d->n_ctx = n_ctx;
     return INK_OK;
@@ -186,10 +178,11 @@ void ink_depth_forward(ink_drafter *d, int m, const float *h, const int32_t *tok
 {
     const ink_model *tm = d->target;
     ink_depth *p = &d->d[m];
-    int H = d->dm->cfg.hidden;
-    float eps = d->dm->cfg.eps;
-    for (int t0 = 0; t0 < T; t0 += CHUNK) {
-        int n = T - t0 < CHUNK ? T - t0 : CHUNK;
+    int H = d->cfg.hidden;
+    float eps = d->cfg.eps;
+    const ink_layer_env env = {&d->cfg, tm->pool}; /* the drafter's config, the target's pool */
+    for (int t0 = 0; t0 < T; t0 += INK_CHUNK) {
+        int n = T - t0 < INK_CHUNK ? T - t0 : INK_CHUNK;
         for (int t = 0; t < n; t++) {
             float *hid = d->in2 + (size_t)t * 2 * H, *emb = hid + H;
             ink_rmsnorm(hid, h + (size_t)(t0 + t) * H, p->hidden_norm, H, eps);
@@ -198,8 +191,8 @@ void ink_depth_forward(ink_drafter *d, int m, const float *h, const int32_t *tok
             ink_rmsnorm(emb, emb, p->embed_norm, H, eps);
         }
         float *o = out + (size_t)t0 * H;
-        ink_matmul(d->dm->pool, &p->input_proj, d->in2, 2 * H, n, o, H);
-        ink_layer_forward(d->dm, &p->block, &p->cache, pos0 + t0, o, n, &d->sc);
+        ink_matmul(env.pool, &p->input_proj, d->in2, 2 * H, n, o, H);
+        ink_layer_forward(&env, &p->block, &p->cache, pos0 + t0, o, n, &d->sc);
         if (d->chain_norm)
             for (int t = 0; t < n; t++) ink_rmsnorm(o + (size_t)t * H, o + (size_t)t * H, d->chain_norm, H, eps);
     }
@@ -211,7 +204,7 @@ void ink_depth_clear(ink_drafter *d, int m) { ink_layer_cache_clear(&d->d[m].cac
 
 void ink_depth_commit(ink_drafter *d, int m, int n_keep)
 {
-    ink_layer_cache_commit(&d->d[m].cache, d->d[m].conv_save, n_keep, d->dm->cfg.conv_k);
+    ink_layer_cache_commit(&d->d[m].cache, d->d[m].conv_save, n_keep, d->cfg.conv_k);
 }
 
 void ink_draft_logits(const ink_drafter *d, const float *u, int final_norm, float *logits, float *tmp)

@@ -4,8 +4,9 @@
  * input projection (hidden first). The target's embedding, embed_norm, final norm and LM head are
  * shared. Each depth has its own KV + conv-state cache, owned here and sized per generation.
  *
- * Ownership: the drafter borrows the target model and its thread pool; ink_drafter_free releases the
- * drafter's tensors table, copies and caches. The type is opaque (inkling.h); this header is the
+ * Ownership: the drafter borrows the target model and its thread pool; its own weights are an
+ * ink_weights (model.h: its config, MTP tensor table and f32 copies), not a second ink_model;
+ * ink_drafter_free releases them and the caches. The type is opaque (inkling.h); this header is the
  * interface the generator (src/gen) uses.
  */
 #ifndef INK_MTP_H

@@ -3,7 +3,8 @@
 
 #include <string.h>
 
-#define EXPLORE 16        /* every EXPLORE-th round tries a neighbour of the best width */
+#define EXPLORE 16        /* rounds before the first exploration in each direction */
+#define EXPLORE_MAX 1024  /* the longest wait between explorations in one direction */
 #define LAMBDA_A 0.04     /* smoothing of the acceptance estimates (~25 observations) */
 #define LAMBDA_C 0.10     /* smoothing of the costs (~10 rounds) */
 #define PRIOR_A 0.5       /* acceptance assumed for a position never observed (and nothing before it) */
@@ -13,6 +14,7 @@ void ink_autok_init(ink_autok *c, int kmax)
 {
     memset(c, 0, sizeof *c);
     c->kmax = kmax < 1 ? 1 : kmax > INK_MAX_BLOCK ? INK_MAX_BLOCK : kmax;
+    c->gap[0] = c->gap[1] = EXPLORE, c->next[0] = EXPLORE, c->next[1] = EXPLORE + EXPLORE / 2;
 }
 
 /* Running mean for the first 1/lambda samples, then an exponential average. */
@@ -54,7 +56,7 @@ double ink_autok_cost(const ink_autok *c, int K)
 
 int ink_autok_best(const ink_autok *c)
 {
-    if (!c->cost_n[1]) return 1; /* the first round measures a plain step */
+    if (c->cost_n[1] < 2) return 1; /* the first rounds measure a plain step */
     int best = 1;
     double br = 0;
     for (int K = 1; K <= c->kmax; K++) {
@@ -70,22 +72,58 @@ int ink_autok_choose(ink_autok *c)
 {
     int best = ink_autok_best(c);
     c->round++;
-    if (c->kmax < 2 || c->round % EXPLORE) return best;
-    int up = best + 1 <= c->kmax, down = best - 1 >= 1;
-    c->explore_flip ^= 1;
-    if (up && (c->explore_flip || !down)) return best + 1;
-    return down ? best - 1 : best;
+    c->explore_k = 0;
+    if (c->kmax < 2) return best;
+    for (int dir = 0; dir < 2; dir++) {
+        int k = dir ? best - 1 : best + 1;
+        if (k < 1 || k > c->kmax) {
+            if (c->round >= c->next[dir]) c->next[dir] = c->round + c->gap[dir]; /* no neighbour there now */
+            continue;
+        }
+        if (c->round < c->next[dir]) continue;
+        /* a wider width that loses even if every draft were accepted: only acceptance could change
+         * that, and it cannot; its cost is re-measured only every EXPLORE_MAX rounds */
+        double ck = ink_autok_cost(c, k), cb = ink_autok_cost(c, best);
+        if (!dir && ck > 0 && cb > 0 && c->cost_n[k] >= 3 && k / ck < ink_autok_expected(c, best) / cb &&
+            c->gap[dir] < EXPLORE_MAX) {
+            c->gap[dir] = EXPLORE_MAX, c->next[dir] = c->round + EXPLORE_MAX;
+            continue;
+        }
+        c->explore_k = k, c->explore_dir = dir;
+        return k;
+    }
+    return best;
 }
 
 void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double draft_seconds)
 {
     if (K < 1 || K > c->kmax || !(seconds >= 0)) return;
-    if (c->cost_n[K] >= 4 && seconds > CLIP * c->cost[K]) seconds = CLIP * c->cost[K];
-    smooth(&c->cost[K], &c->cost_n[K], seconds, LAMBDA_C);
+    int n = c->cost_n[K];
+    if (n < 3) { /* the median of the first samples */
+        double *f = c->first[K], lo, hi, m;
+        f[n] = seconds, c->cost_n[K] = ++n;
+        if (n == 1) m = f[0];
+        else if (n == 2) m = f[0] < f[1] ? f[0] : f[1]; /* of two, the faster: optimistic until the third */
+        else {
+            lo = f[0] < f[1] ? f[0] : f[1], hi = f[0] < f[1] ? f[1] : f[0];
+            m = f[2] < lo ? lo : f[2] > hi ? hi : f[2];
+        }
+        c->cost[K] = m;
+    } else {
+        if (seconds > CLIP * c->cost[K]) seconds = CLIP * c->cost[K];
+        smooth(&c->cost[K], &c->cost_n[K], seconds, LAMBDA_C);
+    }
+    int explored = c->explore_k == K, dir = c->explore_dir;
     if (M > 0) {
         smooth(&c->draft_cost, &c->draft_n, draft_seconds / M, LAMBDA_C);
         /* draft j + 1 was tested iff drafts 1..j were accepted (j <= a), and kept iff j < a */
         for (int j = 0; j < M && j <= a && j < INK_MAX_DEPTH; j++)
             smooth(&c->alpha[j], &c->alpha_n[j], j < a ? 1.0 : 0.0, LAMBDA_A);
+    }
+    if (explored) { /* a neighbour that now looks best resets its direction's wait, one that lost doubles it */
+        if (ink_autok_best(c) == K) c->gap[dir] = EXPLORE;
+        else if (c->gap[dir] < EXPLORE_MAX) c->gap[dir] *= 2;
+        c->next[dir] = c->round + c->gap[dir];
+        c->explore_k = 0;
     }
 }

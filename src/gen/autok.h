@@ -8,11 +8,17 @@
  * argmax E(K) / c(K). a_j and c(K) are exponentially smoothed, so the choice follows the text (a
  * repetitive passage raises a_j, free text lowers it) and the machine (a busy core raises c).
  *
+ * Robustness. A width's first three rounds give its estimate as their median (one slow round, a cold
+ * cache or a preemption, cannot condemn a width that is then never tried again), and the first two
+ * rounds of a fresh controller are plain steps (c(1) is the yardstick).
+ *
  * Exploration. A width never measured is estimated optimistically: the cost of the nearest measured
  * width below plus the measured cost of a draft per extra row (the verify's extra rows are assumed
- * free), so a width that might win gets tried once and is then known. Every EXPLORE-th round
- * tries a neighbour of the best width (alternately one up and one down): that keeps the
- * neighbours' costs and the deeper positions' acceptance current at a cost of a few % at most.
+ * free), so a width that might win gets tried once and is then known. Now and then a round tries a
+ * neighbour of the best width, one up or one down: that keeps the neighbours' costs and the deeper
+ * positions' acceptance current. Each direction waits EXPLORE rounds at first; an exploration that
+ * loses doubles its direction's wait (up to EXPLORE_MAX), one that wins resets it, so a settled
+ * choice costs a fraction of a % while a change in the text is noticed within a few hundred rounds.
  *
  * Choosing K from the past keeps speculative decoding lossless: greedy output equals plain decoding
  * whatever K is, and sampled tokens keep the target distribution. (A fixed seed reproduces a sampled
@@ -27,11 +33,14 @@
 
 typedef struct ink_autok {
     int kmax;                              /* widths 1 .. kmax */
-    int round, explore_flip;
+    int round;
+    int explore_k, explore_dir;            /* the width being explored (0: none), 0 up / 1 down */
+    int gap[2], next[2];                   /* rounds between explorations up / down, and when next */
     double alpha[INK_MAX_DEPTH];           /* smoothed conditional acceptance of draft j + 1 */
     int alpha_n[INK_MAX_DEPTH];
     double cost[INK_MAX_BLOCK + 1];        /* smoothed seconds per round of width K */
     int cost_n[INK_MAX_BLOCK + 1];
+    double first[INK_MAX_BLOCK + 1][3];    /* a width's first samples: its estimate is their median */
     double draft_cost;                     /* smoothed seconds per draft (draft phase / drafts) */
     int draft_n;
 } ink_autok;

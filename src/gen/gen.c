@@ -17,6 +17,7 @@
  * in rings of RING positions. Committed depth rows advance through a chunked pipeline (depth m never
  * runs more than CH rows ahead of what depth m+1 has consumed), interleaved with the prefill, so a
  * long prompt never needs more than about 2 CH rows of any ring. */
+#include "base/clock.h"
 #include "draft/mtp.h"
 #include "gen/accept.h"
 #include "gen/autok.h"
@@ -26,14 +27,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 struct ink_gen {
     ink_session *s;
@@ -78,7 +71,13 @@ struct ink_gen {
     int32_t bonus, vin[INK_MAX_DEPTH + 2];
     /* the adaptive draft length (gen/autok.h): kept across runs while drafter, mode and range match */
     int autok, k_next, seed_stale;
-    double carry_s;
+    double carry_s, wake_s, ta, tb; /* ta, tb: the round in progress began / finished drafting */
+    /* auto: depths 0..n_live-1 keep their history; the others are dormant (not maintained) until a
+     * round drafts with them, when they restart from the last WAKE rows (see wake()) */
+    int n_live, rounds_run, last_used[INK_MAX_DEPTH];
+    int hist_lo;                  /* first position whose target hidden row this run has (prompt cache) */
+    const int32_t *pf_prompt;     /* the prompt being prefilled (borrowed), next position, length */
+    int pf_t, pf_P;
     ink_autok ak;
     const ink_drafter *ak_drafter;
     int ak_mode, ak_kmax;
@@ -86,8 +85,11 @@ struct ink_gen {
 typedef struct ink_gen gen;
 
 #define RING 256 /* > 2 * CH + K + D: rows the pipeline and a round can need */
-#define CH 64
+#define CH INK_CHUNK /* prefill and depth-advance step: one forward of the target or a depth (model.h) */
 #define LAG 48   /* auto K: depths a round does not draft with catch up once they lag this many rows */
+#define WAKE 64  /* auto K: rows of history a dormant depth restarts from (<= CH) */
+#define LIVE 16  /* auto K: a depth not drafted with for this many rounds goes dormant */
+#define CKPT_EVERY 256 /* prompt cache: prefill checkpoints at multiples of this (and at P - 1) */
 
 static float *hrow(const gen *g, int p) { return g->hist + (size_t)(p % RING) * g->H; }
 static float *orow(const gen *g, int m, int p) { return g->outr + ((size_t)m * RING + p % RING) * g->H; }
@@ -155,7 +157,7 @@ static int commit_step(gen *g, int m, int target)
  * ring holds more than about 2 CH rows a consumer still needs. */
 static void catch_up(gen *g, int last_row, int last_tok)
 {
-    int depths = g->mode == INK_MTP_COMPAT ? 1 : g->Mmax;
+    int depths = g->n_live;
     for (int progress = 1; progress;) {
         progress = 0;
         for (int m = 0; m < depths; m++) {
@@ -168,8 +170,27 @@ static void catch_up(gen *g, int last_row, int last_tok)
 /* Rows the deepest maintained depth lags behind row n-1 (mode P: depth Mmax-1; Compat-X: block 0). */
 static int lag(const gen *g, int n)
 {
-    int m = g->compat ? 0 : g->Mmax - 1;
-    return n - 1 - m - g->F[m];
+    int m = g->n_live - 1;
+    return m < 0 ? 0 : n - 1 - m - g->F[m];
+}
+
+/* Auto K: depth m (dormant, and every depth before it live or woken in this round) restarts with
+ * the rows from p0 = max(0, n - WAKE) on: an empty cache whose first row sits at p0, then the
+ * ordinary draft path computes its rows p0 .. n-1 in one forward. Its drafts then come from a
+ * shorter history than a depth that was kept all along: they may differ, which changes what is
+ * proposed, never what is emitted (the target decides; sampling stays lossless). */
+static void wake(gen *g, int m, int n)
+{
+    int p0 = n - WAKE > g->hist_lo ? n - WAKE : g->hist_lo;
+    ink_depth_start_at(g->d, m, p0);
+    g->F[m] = p0;
+    g->n_live = m + 1;
+}
+
+/* Auto K, after a round: depths not drafted with for LIVE rounds stop being maintained. */
+static void retire(gen *g)
+{
+    while (g->n_live > 0 && g->rounds_run - g->last_used[g->n_live - 1] > LIVE) g->n_live--;
 }
 
 /* Depths a round does not draft with: with a fixed K they follow every round; under auto K they
@@ -208,6 +229,12 @@ static void depth_round(gen *g, int m, int n)
 
 static void draft_per_depth(gen *g, int n, int M)
 {
+    if (M > g->n_live) { /* auto: dormant depths restart (their time is not a round cost) */
+        double t = ink_now_s();
+        for (int m = g->n_live; m < M; m++) wake(g, m, n);
+        g->wake_s += ink_now_s() - t;
+    }
+    for (int m = 0; m < M; m++) g->last_used[m] = g->rounds_run;
     int bulk = 0;
     for (int m = 0; m < M; m++) bulk |= n - g->F[m] > CH;
     /* after the prefill: the chunked pipeline first, which leaves only provisional rows (nc = 0) */
@@ -221,7 +248,7 @@ static void draft_per_depth(gen *g, int n, int M)
         g->seq[n + 1 + m] = g->drafts[m];
         g->blocks[m] = m;
     }
-    if (M < g->Mmax) follow(g, n); /* depths this clamped round does not draft with */
+    if (M < g->n_live) follow(g, n); /* live depths this round does not draft with */
 }
 
 /* ---- Compat-X (mtp.md 7.9) -------------------------------------------------------------- */
@@ -314,6 +341,8 @@ static int can_continue(const gen *g, const ink_session *s, const int32_t *promp
         return 0;
     if (memcmp(ink_session_tokens(s), prompt, (size_t)c * sizeof *prompt)) return 0;
     if (!g->d) return 1;
+    /* a fixed K needs every depth it drafts with kept all along (auto may have let some go dormant) */
+    if (!g->autok && g->n_live < (g->compat ? 1 : g->Mmax)) return 0;
     /* every token a drafter row consumed must still be in the new prompt: x_0 .. x_L-1 */
     int L = c + 1, depths = g->mode == INK_MTP_COMPAT ? 1 : g->Mmax;
     for (int m = 0; m < depths; m++)
@@ -380,7 +409,7 @@ static void configure(gen *g, const ink_gen_opts *o, ink_gen_stats *st)
         ink_autok_init(&g->ak, g->K); /* what was measured with another drafter, mode or range is void */
         g->ak_drafter = g->d, g->ak_mode = g->mode, g->ak_kmax = g->K;
     }
-    g->seed_stale = 0, g->carry_s = 0;
+    g->seed_stale = 0, g->carry_s = 0, g->wake_s = 0;
 }
 
 /* The width of the next round: fixed, the test hook's, or the controller's. */
@@ -402,13 +431,19 @@ static void want_hidden(const gen *g, ink_eval_out *eo)
     else eo->hidden_postnorm = g->vh;
 }
 
-/* The prompt from c0 on: CH-row chunks when the drafter follows (its committed rows advance with
- * the prompt), one forward otherwise. Leaves the last row's logits in g->logits. */
-static int prefill(gen *g, const int32_t *prompt, int c0, int P, ink_err *err)
+/* The prompt (g->pf_P tokens) from c0 up to end: CH-row chunks when the drafter follows (its
+ * committed rows advance with the prompt), one forward otherwise. When end is the prompt's end, the
+ * last row's logits are left in g->logits. */
+static int prefill(gen *g, const int32_t *prompt, int c0, int end, ink_err *err)
 {
-    int rc;
-    for (int t = c0; t < P;) {
-        int T = g->track ? (P - t < CH ? P - t : CH) : P - t;
+    int rc, P = g->pf_P, ckpt = g->o->reuse_prefix; /* prompt cache: checkpoints at CKPT_EVERY multiples, P - 1 */
+    for (int t = c0; t < end;) {
+        int T = g->track ? (end - t < CH ? end - t : CH) : end - t;
+        if (ckpt) {
+            int next = (t / CKPT_EVERY + 1) * CKPT_EVERY;
+            if (next > P - 1) next = P - 1;
+            if (next > t && t + T > next) T = next - t;
+        }
         ink_eval_out eo = {.logits = g->logits};
         want_hidden(g, &eo);
         if ((rc = ink_session_eval(g->s, prompt + t, T, &eo, err))) return rc;
@@ -417,8 +452,23 @@ static int prefill(gen *g, const int32_t *prompt, int c0, int P, ink_err *err)
             catch_up(g, t + T - 1, P - 1); /* rows whose tokens are prompt tokens */
         }
         t += T;
+        if (ckpt && (t == P - 1 || t % CKPT_EVERY == 0)) ink_session_checkpoint(g->s);
     }
     return INK_OK;
+}
+
+/* Prompt cache (auto K or no drafter): the longest common prefix of the prompt with what the session
+ * consumed, from its latest checkpoint at or below it (at most P - 1: the last prompt token is fed
+ * for its logits). The target's state is restored exactly; drafter depths go dormant and restart
+ * when drafted with (their history is not checkpointed). Returns the position resumed from (0: the
+ * session was reset). */
+static int resume_prefix(gen *g, const int32_t *prompt, int P)
+{
+    const int32_t *toks = ink_session_tokens(g->s);
+    int pos = ink_session_pos(g->s), L = 0, lim = pos < P ? pos : P;
+    while (L < lim && toks[L] == prompt[L]) L++;
+    if (L > P - 1) L = P - 1;
+    return ink_session_rewind(g->s, L);
 }
 
 /* ---- one round ----------------------------------------------------------------------------- */
@@ -438,27 +488,38 @@ static int plan(gen *g)
 static void draft(gen *g)
 {
     if (g->M > 0) {
+        if (g->compat && !g->n_live) { /* auto: block 0 restarts, then the seed */
+            double t = ink_now_s();
+            wake(g, 0, g->n);
+            compat_update(g, g->n);
+            g->seed_stale = 0;
+            g->wake_s += ink_now_s() - t;
+        }
+        if (g->compat) g->last_used[0] = g->rounds_run;
         if (g->compat && g->seed_stale) compat_update(g, g->n), g->seed_stale = 0;
         if (g->compat) draft_compat(g, g->n, g->M);
         else draft_per_depth(g, g->n, g->M);
-    } else if (g->d && !g->compat && g->Mmax > 0) {
+    } else if (g->d && !g->compat && g->n_live > 0) {
         follow(g, g->n); /* keep the frontiers moving while drafting is clamped off */
     }
 }
 
 /* [x_n, d_1..d_M] in one target forward from a snapshot. */
-static int verify(gen *g, ink_err *err)
+static void verify_prepare(gen *g, ink_gen_verify *v)
 {
-    int M = g->M, rc;
+    int M = g->M;
     g->vin[0] = g->seq[g->n];
     for (int j = 0; j < M; j++) g->vin[j + 1] = g->drafts[j];
     ink_session_save(g->s, g->snap);
-    ink_eval_out vo = {.logits = g->logits, .all_logits = 1};
-    want_hidden(g, &vo);
-    if ((rc = ink_session_eval(g->s, g->vin, M + 1, &vo, err))) return rc;
+    v->session = g->s, v->tokens = g->vin, v->n_tokens = M + 1;
+    v->out = (ink_eval_out){.logits = g->logits, .all_logits = 1};
+    want_hidden(g, &v->out);
+}
+
+static void verify_finish(gen *g)
+{
     if (g->track)
-        for (int i = 0; i <= M; i++) memcpy(hrow(g, g->n + i), g->vh + (size_t)i * g->H, (size_t)g->H * sizeof(float));
-    return INK_OK;
+        for (int i = 0; i <= g->M; i++) memcpy(hrow(g, g->n + i), g->vh + (size_t)i * g->H, (size_t)g->H * sizeof(float));
 }
 
 /* Sets g->a (drafts accepted) and g->bonus. Greedy: the walk over the target's choices. T > 0:
@@ -522,9 +583,9 @@ static void drafter_update(gen *g)
         for (int b = 1; b < g->D; b++) ink_depth_clear(g->d, b);
     }
     int n = g->n + g->e;
-    if (g->autok && g->k_next < 2) { /* no draft next round: the seed waits until one is wanted */
+    if (g->autok && (g->k_next < 2 || !g->n_live)) { /* no draft next round: the seed waits until one is wanted */
         g->seed_stale = 1;
-        follow(g, n);
+        if (g->n_live) follow(g, n);
     } else {
         compat_update(g, n);
         g->seed_stale = 0;
@@ -588,7 +649,7 @@ void ink_gen_free(ink_gen *g)
 int ink_gen_done(const ink_gen *g) { return g->stop; }
 int ink_gen_n_out(const ink_gen *g) { return g->n_out; }
 
-int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *o, int32_t *out, int out_cap,
+int ink_gen_begin(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *o, int32_t *out, int out_cap,
                   ink_gen_stats *st, ink_err *err)
 {
     if (!st) st = &g->own_stats;
@@ -609,18 +670,47 @@ int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *
     if (g->d && (rc = ink_drafter_prepare(g->d, g->n_ctx, err))) goto fail;
     int c0 = cont ? ink_session_pos(g->s) : 0;
     if (!cont) {
-        ink_session_reset(g->s);
+        /* a fixed K drafts from full depth histories, which are not checkpointed: no prompt cache then */
+        if (o->reuse_prefix && (!g->d || g->autok)) c0 = resume_prefix(g, prompt, P);
+        else ink_session_reset(g->s);
+        g->hist_lo = c0;
         if (g->d) ink_drafter_reset(g->d);
         memset(g->F, 0, sizeof g->F);
+        /* fixed K keeps every depth it may draft with from the first row on; auto wakes them when used */
+        g->n_live = g->autok || !g->track ? 0 : g->compat ? 1 : g->Mmax;
+        g->rounds_run = 0;
+        memset(g->last_used, 0, sizeof g->last_used);
     }
     st->reused_tokens = c0;
     g->last_drafter = g->d, g->last_mode = g->mode, g->last_mmax = g->Mmax;
     memcpy(g->seq, prompt, (size_t)P * sizeof *prompt);
+    g->pf_prompt = prompt, g->pf_t = c0, g->pf_P = P;
+    return INK_OK;
+fail:
+    if (o->capture_commit) ink_session_set_capture(g->s, 0, NULL);
+    g->phase = 0;
+    return rc;
+}
 
-    double t0 = now_s();
-    if ((rc = prefill(g, prompt, c0, P, err))) goto fail;
-    g->t1 = now_s();
-    st->prefill_s = g->t1 - t0;
+int ink_gen_prefilling(const ink_gen *g) { return g->phase == 1; }
+
+int ink_gen_prefill(ink_gen *g, int max_rows, ink_err *err)
+{
+    if (g->phase != 1) return g->phase == 2 ? 0 : (g->rc ? g->rc : ink_err_set(err, INK_E_INVAL, "no run is prefilling"));
+    const ink_gen_opts *o = g->o;
+    ink_gen_stats *st = g->st;
+    int rc, P = g->pf_P;
+    if (o->cancel && *o->cancel) {
+        rc = ink_err_set(err, INK_E_CANCELLED, "generation cancelled");
+        goto fail;
+    }
+    int end = max_rows > 0 && P - g->pf_t > max_rows ? g->pf_t + max_rows : P;
+    double t0 = ink_now_s();
+    if ((rc = prefill(g, g->pf_prompt, g->pf_t, end, err))) goto fail;
+    g->t1 = ink_now_s();
+    st->prefill_s += g->t1 - t0;
+    g->pf_t = end;
+    if (end < P) return 1;
     g->phase = 2, g->n = P, g->stop = o->max_tokens == 0;
     if (!g->stop) { /* the first token, from the prompt's last row */
         if ((rc = check_row(g, 0, P - 1, err))) goto fail;
@@ -629,47 +719,68 @@ int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *
     }
     g->k_next = next_width(g);
     if (!g->stop && g->compat && g->Mmax > 0) {
-        if (g->autok && g->k_next < 2) g->seed_stale = 1;
+        if (g->autok && (g->k_next < 2 || !g->n_live)) g->seed_stale = 1;
         else compat_update(g, P);
     }
-    return INK_OK;
+    return 0;
 fail:
     if (o->capture_commit) ink_session_set_capture(g->s, 0, NULL);
-    g->phase = 0;
+    g->phase = 0, g->stop = 1, g->rc = rc;
     return rc;
 }
 
-/* One round: plan, draft, verify, accept, emit, rollback, drafter update, statistics. */
-int ink_gen_step(ink_gen *g, ink_err *err)
+int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *o, int32_t *out, int out_cap,
+                  ink_gen_stats *st, ink_err *err)
+{
+    int rc = ink_gen_begin(g, prompt, P, o, out, out_cap, st, err);
+    return rc ? rc : ink_gen_prefill(g, 0, err);
+}
+
+/* One round: plan, draft, verify, accept, emit, rollback, drafter update, statistics. Split in two
+ * around the verify forward, which the caller may batch with other generators' (inkling.h). */
+int ink_gen_step_begin(ink_gen *g, ink_gen_verify *v, ink_err *err)
 {
     int rc = INK_OK;
-    if (g->stop) return g->rc;
+    if (g->stop) return g->rc ? g->rc : 0;
     if (g->o->cancel && *g->o->cancel) {
         rc = ink_err_set(err, INK_E_CANCELLED, "generation cancelled");
-        goto fail;
+        g->stop = 1, g->rc = rc;
+        return rc;
     }
     if (!plan(g)) {
         g->stop = 1;
-        return INK_OK;
+        return 0;
     }
-    double ta = now_s();
+    g->ta = ink_now_s();
     draft(g);
-    double tb = now_s();
-    if ((rc = verify(g, err))) goto fail;
-    double tc = now_s();
+    g->tb = ink_now_s();
+    verify_prepare(g, v);
+    return 1;
+}
+
+int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err)
+{
+    int rc = eval_rc;
+    if (rc) goto fail;
+    verify_finish(g);
+    double ta = g->ta, tb = g->tb, tc = ink_now_s();
     accept(g);
     for (int j = 0; j <= g->a; j++) /* the rows the emitted tokens come from (inputs: x_n, d_1..d_a) */
         if ((rc = check_row(g, j, g->n + j, err))) goto fail;
     emit_round(g);
     if ((rc = rollback(g, err))) goto fail;
     for (int j = 0; j < g->e; j++) g->seq[g->n + 1 + j] = g->emitted[j];
-    double td = now_s();
+    double td = ink_now_s();
     if (g->autok) { /* the next width is chosen before the drafter update, which may skip the seed */
-        ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, td - ta + g->carry_s, tb - ta + g->carry_s);
+        double w = g->wake_s; /* restarting dormant depths is not the cost of a round of this width */
+        ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, td - ta + g->carry_s - w, tb - ta + g->carry_s - w);
+        g->wake_s = 0;
+        g->rounds_run++;
+        retire(g);
         g->k_next = next_width(g);
     }
     drafter_update(g);
-    double te = now_s();
+    double te = ink_now_s();
     g->carry_s = te - td; /* Compat-X: the seed for the next round is part of the next round's cost */
     record(g, ta, tb, tc, te);
     g->n += g->e;
@@ -679,13 +790,21 @@ fail:
     return rc;
 }
 
+int ink_gen_step(ink_gen *g, ink_err *err)
+{
+    ink_gen_verify v;
+    int rc = ink_gen_step_begin(g, &v, err);
+    if (rc <= 0) return rc;
+    return ink_gen_step_end(g, ink_session_eval(v.session, v.tokens, v.n_tokens, &v.out, err), err);
+}
+
 int ink_gen_finish(ink_gen *g)
 {
     if (g->phase < 1) return g->rc;
     ink_gen_stats *st = g->st;
     int rc = g->rc;
     if (g->phase == 2) {
-        st->decode_s = now_s() - g->t1;
+        st->decode_s = ink_now_s() - g->t1;
         st->generated_tokens = g->n_out;
         if (st->k_min == INT32_MAX) st->k_min = 0;
         if (g->d) report_controller(g, st);

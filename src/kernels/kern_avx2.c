@@ -12,7 +12,7 @@
 
 #include "kernels/kern_impl.h"
 
-#include "load/safetensors.h"
+#include "base/dtype.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -787,14 +787,7 @@ static void avx2_attn(const ink_attn *a)
     pv8(a, &w, inv);
 }
 
-static const ink_kernels avx2_set = {"avx2", avx2_rows, avx2_attn};
-
-const ink_kernels *ink_kernels_avx2_raw(void) { return &avx2_set; }
-
 /* ---- probes ------------------------------------------------------------------------------- */
-
-double ink_avx2_read(const void *buf, size_t bytes);
-double ink_avx2_fma(long iters);
 
 double ink_avx2_read(const void *buf, size_t bytes)
 {
@@ -824,5 +817,9 @@ double ink_avx2_fma(long iters)
     for (int i = 1; i < 10; i++) s = _mm256_add_ps(s, a[i]);
     return (double)hsum8(s);
 }
+
+static const ink_kernels avx2_set = {"avx2", avx2_rows, avx2_attn, ink_avx2_read, ink_avx2_fma};
+
+const ink_kernels *ink_kernels_avx2_raw(void) { return &avx2_set; }
 
 #endif

@@ -2,12 +2,11 @@
  * format helpers, and the norm / conv kernels (see kernels.h for the exactness contract). */
 #include "kernels/kern_impl.h"
 
-#include "load/safetensors.h"
+#include "base/dtype.h"
 
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 
 /* ---- format helpers ---------------------------------------------------------------------- */
 
@@ -335,7 +334,7 @@ static void scalar_attn(const ink_attn *a)
     }
 }
 
-static const ink_kernels scalar_set = {"scalar", scalar_rows, scalar_attn};
+static const ink_kernels scalar_set = {"scalar", scalar_rows, scalar_attn, NULL, NULL}; /* probes: the bench's loops */
 
 const ink_kernels *ink_kernels_scalar(void) { return &scalar_set; }
 
@@ -434,99 +433,6 @@ void ink_matmul(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, f
 void ink_matmul_rows(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)
 {
     scalar_rows(W, x, ldx, T, y, ldy, r0, r1, 0);
-}
-
-/* ---- probes ------------------------------------------------------------------------------- */
-
-double ink_avx2_read(const void *buf, size_t bytes);  /* kern_avx2.c: checksum of 8 interleaved streams */
-double ink_avx2_fma(long iters);                      /* kern_avx2.c: 10 chains x 8 lanes x iters FMAs */
-#if !(defined(__x86_64__) && defined(__GNUC__)) /* no kern_avx2 code: simd_probes() is 0, never called */
-double ink_avx2_read(const void *buf, size_t bytes) { (void)buf; (void)bytes; return 0.0; }
-double ink_avx2_fma(long iters) { (void)iters; return 0.0; }
-#endif
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double scalar_read(const void *buf, size_t bytes)
-{
-    const uint64_t *p = buf;
-    size_t n = bytes / 8 / 8;
-    uint64_t a[8] = {0};
-    for (size_t i = 0; i < n; i++)
-        for (int s = 0; s < 8; s++) a[s] += p[(size_t)s * n + i];
-    return (double)(a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7]);
-}
-
-/* The AVX2 probes also measure an AVX-512 machine: reads are bandwidth-bound either way, and on the
- * CPUs here two 256-bit FMA pipes give the same f32 peak as 512-bit FMAs. */
-static int simd_probes(void)
-{
-    const ink_kernels *k = ink_kernels_active();
-    return k && (k == ink_kernels_avx2_raw() || k == ink_kernels_avx512_raw());
-}
-
-typedef struct probe_ctx {
-    const uint8_t *buf;
-    size_t bytes;
-    long iters;
-    int avx2;
-    double sink[256];
-} probe_ctx;
-
-static void read_task(void *arg, int ith, int nth)
-{
-    probe_ctx *c = arg;
-    size_t per = c->bytes / (size_t)nth / 4096 * 4096;
-    const uint8_t *b = c->buf + per * (size_t)ith;
-    c->sink[ith & 255] += c->avx2 ? ink_avx2_read(b, per) : scalar_read(b, per);
-}
-
-double ink_probe_read(ink_pool *p, const void *buf, size_t bytes, int reps)
-{
-    probe_ctx c = {.buf = buf, .bytes = bytes, .avx2 = simd_probes()};
-    double best_bw = 0.0;
-    ink_pool_run(p, read_task, &c); /* warm-up: fault the pages in */
-    for (int r = 0; r < reps; r++) {
-        double t = now_s();
-        ink_pool_run(p, read_task, &c);
-        double dt = now_s() - t;
-        size_t per = bytes / (size_t)ink_pool_size(p) / 4096 * 4096;
-        double bw = (double)per * ink_pool_size(p) / dt / 1e9;
-        if (bw > best_bw) best_bw = bw;
-    }
-    return best_bw;
-}
-
-static void fma_task(void *arg, int ith, int nth)
-{
-    (void)nth;
-    probe_ctx *c = arg;
-    if (c->avx2) c->sink[ith & 255] += ink_avx2_fma(c->iters);
-    else {
-        float a[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-        for (long i = 0; i < c->iters * 10; i++)
-            for (int j = 0; j < 8; j++) a[j] = a[j] * 0.9999999f + 1e-7f;
-        c->sink[ith & 255] += a[0];
-    }
-}
-
-double ink_probe_fma(ink_pool *p, double seconds)
-{
-    probe_ctx c = {.iters = 1000000, .avx2 = simd_probes()};
-    double t = now_s();
-    ink_pool_run(p, fma_task, &c);
-    double dt = now_s() - t;
-    c.iters = (long)((double)c.iters * seconds / (dt > 1e-6 ? dt : 1e-6));
-    if (c.iters < 1000) c.iters = 1000;
-    t = now_s();
-    ink_pool_run(p, fma_task, &c);
-    dt = now_s() - t;
-    return (double)c.iters * 10 * 8 * 2 * ink_pool_size(p) / dt / 1e9;
 }
 
 /* ---- norm, conv, activations -------------------------------------------------------------- */

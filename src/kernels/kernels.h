@@ -32,14 +32,17 @@
 #ifndef INK_KERNELS_H
 #define INK_KERNELS_H
 
+#include "base/dtype.h"
 #include "base/pool.h"
 
 #include <stddef.h>
 #include <math.h>
 #include <stdint.h>
 
-/* Quantized view kinds (values above the safetensors dtype codes). */
-enum { INK_QT_AFFINE = 100, INK_QT_NVFP4 = 101 };
+/* Quantized view formats. ink_mat.dtype holds either an ink_dtype (a float view: F32, BF16, F16) or
+ * one of these, numbered on from INK_DT_COUNT so the two sets never share a code; a view is quantized
+ * exactly when dtype >= INK_QT_FIRST. */
+enum ink_qtype { INK_QT_FIRST = INK_DT_COUNT, INK_QT_AFFINE = INK_QT_FIRST, INK_QT_NVFP4 };
 
 /* A 2-D weight view [rows, cols]. Never owns its pointers.
  *   float views: `stride` elements between consecutive rows (an interleaved gate/up tensor is two
@@ -108,11 +111,16 @@ typedef struct ink_attn {
 size_t ink_attn_ws_floats(int d, int R, int n_keys);
 
 /* A kernel set. rows() computes y[t][o] for t < T, r0 <= o < r1 on the calling thread; attn() one
- * attention tile on the calling thread. */
+ * attention tile on the calling thread. probe_read / probe_fma are the set's inner loops for the
+ * machine probes of `inkling bench` (src/cli/cmd_bench.c times them): a checksum of 8 interleaved
+ * streams over buf[0..bytes), and 10 chains x 8 lanes x iters f32 FMAs; NULL where the set has none
+ * (the bench then runs portable loops). */
 typedef struct ink_kernels {
     const char *name; /* "scalar", "avx2", "avx512", "neon" */
     void (*rows)(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1, int int8);
     void (*attn)(const ink_attn *a);
+    double (*probe_read)(const void *buf, size_t bytes);
+    double (*probe_fma)(long iters);
 } ink_kernels;
 
 const ink_kernels *ink_kernels_scalar(void);
@@ -143,9 +151,6 @@ float ink_e2m1_to_f32(unsigned code);                            /* 4-bit E2M1 *
 unsigned ink_affine_code(const uint8_t *row, int j, int bits);  /* element j of a packed row */
 float ink_scale_at(const void *p, int dtype, size_t i);          /* F32/BF16/F16/F8_E4M3 element */
 
-/* Machine probes for the bench (no allocation; caller supplies buffers). */
-double ink_probe_read(ink_pool *p, const void *buf, size_t bytes, int reps); /* GB/s, 8 streams/thread */
-double ink_probe_fma(ink_pool *p, double seconds);                           /* GFLOPS of the active set */
 
 /* y = w * x / sqrt(mean(x^2) + eps) over n elements (w may be NULL: no weight). y may alias x. */
 void ink_rmsnorm(float *y, const float *x, const float *w, int n, float eps);

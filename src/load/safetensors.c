@@ -4,29 +4,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static const struct {
-    const char *name;
-    int bits;
-} dtypes[INK_DT_COUNT] = {
-    [INK_DT_F32] = {"F32", 32},       [INK_DT_F16] = {"F16", 16},
-    [INK_DT_BF16] = {"BF16", 16},     [INK_DT_F64] = {"F64", 64},
-    [INK_DT_U8] = {"U8", 8},          [INK_DT_I8] = {"I8", 8},
-    [INK_DT_U16] = {"U16", 16},       [INK_DT_I16] = {"I16", 16},
-    [INK_DT_U32] = {"U32", 32},       [INK_DT_I32] = {"I32", 32},
-    [INK_DT_U64] = {"U64", 64},       [INK_DT_I64] = {"I64", 64},
-    [INK_DT_BOOL] = {"BOOL", 8},      [INK_DT_F8_E4M3] = {"F8_E4M3", 8},
-    [INK_DT_F8_E5M2] = {"F8_E5M2", 8}, [INK_DT_F8_E8M0] = {"F8_E8M0", 8},
-};
-
-const char *ink_dtype_name(int dt) { return dt >= 0 && dt < INK_DT_COUNT ? dtypes[dt].name : "?"; }
-int ink_dtype_bits(int dt) { return dt >= 0 && dt < INK_DT_COUNT ? dtypes[dt].bits : 0; }
 
 int64_t ink_st_numel(const ink_st_tensor *t)
 {
@@ -35,52 +17,10 @@ int64_t ink_st_numel(const ink_st_tensor *t)
     return n;
 }
 
-float ink_f16_to_f32(uint16_t h)
-{
-    uint32_t s = (uint32_t)(h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
-    float v;
-    if (e == 0) v = ldexpf((float)m, -24);
-    else if (e == 31) v = m ? NAN : INFINITY;
-    else v = ldexpf((float)(m | 1024), (int)e - 25);
-    return s ? -v : v;
-}
-
-uint16_t ink_f32_to_bf16(float f)
-{
-    union { float f; uint32_t u; } v = {f};
-    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40); /* quiet NaN */
-    uint32_t r = v.u + 0x7fffu + ((v.u >> 16) & 1);
-    return (uint16_t)(r >> 16);
-}
-
-uint16_t ink_f32_to_f16(float f)
-{
-    union { float f; uint32_t u; } v = {f};
-    uint32_t s = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00u);
-    if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00u); /* rounds to inf */
-    if (a < 0x38800000u) {                                /* subnormal half (or zero) */
-        float q = fabsf(f) * 16777216.0f;                 /* exact scale by 2^24 */
-        return (uint16_t)(s | (uint32_t)lrintf(q));       /* lrint: round-to-nearest-even */
-    }
-    uint32_t r = a + 0xfffu + ((a >> 13) & 1);
-    return (uint16_t)(s | ((r - 0x38000000u) >> 13));
-}
-
-float ink_e4m3_to_f32(uint8_t b)
-{
-    uint32_t s = b >> 7, e = (b >> 3) & 15, m = b & 7;
-    float v;
-    if (e == 15 && m == 7) return NAN;
-    if (e == 0) v = ldexpf((float)m, -9);
-    else v = ldexpf((float)(8 + m), (int)e - 10);
-    return s ? -v : v;
-}
-
 static int dtype_parse(const char *s)
 {
     for (int i = 0; i < INK_DT_COUNT; i++)
-        if (!strcmp(s, dtypes[i].name)) return i;
+        if (!strcmp(s, ink_dtype_name(i))) return i;
     return -1;
 }
 
@@ -163,63 +103,89 @@ static int parse_entry(ink_st_file *f, const char *name, json_t *v, ink_st_tenso
     return 0;
 }
 
-int ink_st_open(ink_st_file *f, const char *path, ink_err *err)
+/* Opens path into f (fd, size) and reads its header: *hdr_out (malloc'd, the caller frees it) of *n_out
+ * bytes starting with '{'; f->data_off follows it. */
+static int read_header(ink_st_file *f, const char *path, char **hdr_out, uint64_t *n_out, ink_err *err)
 {
-    memset(f, 0, sizeof *f);
-    f->fd = -1;
-    int rc = INK_E_FORMAT;
-    json_t *root = NULL;
-    char *hdr = NULL;
-    ink_st_tensor **order = NULL;
-    f->path = strdup(path);
-    if (!f->path) return ink_err_set(err, INK_E_NOMEM, "out of memory");
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0) {
-        rc = ink_err_set(err, INK_E_IO, "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
+        return ink_err_set(err, INK_E_IO, "%s: cannot open: %s", path, strerror(errno));
     }
     struct stat st;
     if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = ink_err_set(err, INK_E_IO, "%s: not a regular file", path);
-        goto fail;
+        return ink_err_set(err, INK_E_IO, "%s: not a regular file", path);
     }
     f->size = (size_t)st.st_size;
     uint8_t len8[8];
     if (f->size == 0) {
-        rc = ink_err_set(err, INK_E_FORMAT, "%s: empty file (0 bytes)", path);
-        goto fail;
+        return ink_err_set(err, INK_E_FORMAT, "%s: empty file (0 bytes)", path);
     }
     if (f->size < 8 || read_full(f->fd, len8, 8, 0)) {
-        rc = ink_err_set(err, INK_E_FORMAT, "%s: truncated: %zu bytes, a safetensors file needs at least 8",
+        return ink_err_set(err, INK_E_FORMAT, "%s: truncated: %zu bytes, a safetensors file needs at least 8",
                          path, f->size);
-        goto fail;
     }
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = n << 8 | len8[i];
     if (n > INK_ST_MAX_HEADER || n > f->size - 8) {
-        rc = ink_err_set(err, INK_E_FORMAT, "%s: header length %llu is past the end of the file (%zu bytes)%s",
+        return ink_err_set(err, INK_E_FORMAT, "%s: header length %llu is past the end of the file (%zu bytes)%s",
                          path, (unsigned long long)n, f->size, n > INK_ST_MAX_HEADER ? " or over 100 MB" : "");
-        goto fail;
     }
     if (n < 2) {
-        rc = ink_err_set(err, INK_E_FORMAT, "%s: header of %llu bytes cannot hold a JSON object", path,
+        return ink_err_set(err, INK_E_FORMAT, "%s: header of %llu bytes cannot hold a JSON object", path,
                          (unsigned long long)n);
-        goto fail;
     }
     f->data_off = 8 + n;
-    hdr = malloc(n);
+    char *hdr = *hdr_out = malloc(n);
     if (!hdr) {
-        rc = ink_err_set(err, INK_E_NOMEM, "%s: cannot allocate %llu header bytes", path, (unsigned long long)n);
-        goto fail;
+        return ink_err_set(err, INK_E_NOMEM, "%s: cannot allocate %llu header bytes", path, (unsigned long long)n);
     }
     if (read_full(f->fd, hdr, n, 8)) {
-        rc = ink_err_set(err, INK_E_IO, "%s: cannot read the header", path);
-        goto fail;
+        return ink_err_set(err, INK_E_IO, "%s: cannot read the header", path);
     }
     if (hdr[0] != '{') {
-        rc = ink_err_set(err, INK_E_FORMAT, "%s: header does not start with '{'", path);
-        goto fail;
+        return ink_err_set(err, INK_E_FORMAT, "%s: header does not start with '{'", path);
     }
+    *n_out = n;
+    return INK_OK;
+}
+
+/* The tensors must tile the data buffer: sorted by begin, no holes, no overlap, no tail. */
+static int check_tiling(const ink_st_file *f, const char *path, uint64_t data_len, ink_err *err)
+{
+    ink_st_tensor **order = malloc((size_t)(f->n ? f->n : 1) * sizeof *order);
+    if (!order) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    for (int i = 0; i < f->n; i++) order[i] = &f->t[i];
+    qsort(order, (size_t)f->n, sizeof *order, cmp_begin);
+    uint64_t at = 0;
+    int rc = INK_OK;
+    for (int i = 0; i < f->n && !rc; i++) {
+        if (order[i]->begin < at)
+            rc = ink_err_set(err, INK_E_FORMAT, "%s: tensor '%s' [%llu, %llu) overlaps the tensor before it", path,
+                             order[i]->name, (unsigned long long)order[i]->begin, (unsigned long long)order[i]->end);
+        else if (order[i]->begin > at)
+            rc = ink_err_set(err, INK_E_FORMAT, "%s: gap of %llu bytes before tensor '%s'", path,
+                             (unsigned long long)(order[i]->begin - at), order[i]->name);
+        at = order[i]->end;
+    }
+    if (!rc && at != data_len)
+        rc = ink_err_set(err, INK_E_FORMAT,
+                         "%s: tensors cover %llu data bytes but the file holds %llu after the header", path,
+                         (unsigned long long)at, (unsigned long long)data_len);
+    free(order);
+    return rc;
+}
+
+int ink_st_open(ink_st_file *f, const char *path, ink_err *err)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    int rc;
+    json_t *root = NULL;
+    char *hdr = NULL;
+    f->path = strdup(path);
+    if (!f->path) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    uint64_t n = 0;
+    if ((rc = read_header(f, path, &hdr, &n, err))) goto fail;
     json_error_t je;
     root = json_loadb(hdr, n, JSON_REJECT_DUPLICATES, &je);
     if (!root || !json_is_object(root)) {
@@ -245,7 +211,10 @@ int ink_st_open(ink_st_file *f, const char *path, ink_err *err)
             continue;
         }
         ink_st_tensor *t = &f->t[f->n];
-        if (parse_entry(f, key, val, t, data_len, err)) goto fail;
+        if (parse_entry(f, key, val, t, data_len, err)) {
+            rc = INK_E_FORMAT;
+            goto fail;
+        }
         t->name = strdup(key);
         if (!t->name) {
             rc = ink_err_set(err, INK_E_NOMEM, "out of memory");
@@ -253,41 +222,12 @@ int ink_st_open(ink_st_file *f, const char *path, ink_err *err)
         }
         f->n++;
     }
-    /* The tensors must tile the data buffer: sorted by begin, no holes, no overlap, no tail. */
-    order = malloc((size_t)(f->n ? f->n : 1) * sizeof *order);
-    if (!order) {
-        rc = ink_err_set(err, INK_E_NOMEM, "out of memory");
-        goto fail;
-    }
-    for (int i = 0; i < f->n; i++) order[i] = &f->t[i];
-    qsort(order, (size_t)f->n, sizeof *order, cmp_begin);
-    uint64_t at = 0;
-    for (int i = 0; i < f->n; i++) {
-        if (order[i]->begin < at) {
-            rc = ink_err_set(err, INK_E_FORMAT, "%s: tensor '%s' [%llu, %llu) overlaps the tensor before it", path,
-                             order[i]->name, (unsigned long long)order[i]->begin, (unsigned long long)order[i]->end);
-            goto fail;
-        }
-        if (order[i]->begin > at) {
-            rc = ink_err_set(err, INK_E_FORMAT, "%s: gap of %llu bytes before tensor '%s'", path,
-                             (unsigned long long)(order[i]->begin - at), order[i]->name);
-            goto fail;
-        }
-        at = order[i]->end;
-    }
-    if (at != data_len) {
-        rc = ink_err_set(err, INK_E_FORMAT,
-                         "%s: tensors cover %llu data bytes but the file holds %llu after the header", path,
-                         (unsigned long long)at, (unsigned long long)data_len);
-        goto fail;
-    }
+    if ((rc = check_tiling(f, path, data_len, err))) goto fail;
     qsort(f->t, (size_t)f->n, sizeof *f->t, cmp_name);
-    free(order);
     free(hdr);
     json_decref(root);
     return INK_OK;
 fail:
-    free(order);
     free(hdr);
     json_decref(root);
     ink_st_close(f);

@@ -20,10 +20,10 @@ int ink_layer_kv_cap(const ink_layer_cfg *l, int n_ctx, int chunk)
     return cap < n_ctx ? cap : n_ctx;
 }
 
-int ink_layer_cache_init(ink_layer_cache *c, const ink_model *m, const ink_layer_cfg *l, int cap, ink_err *err)
+int ink_layer_cache_init(ink_layer_cache *c, const ink_config *cfg, const ink_layer_cfg *l, int cap, ink_err *err)
 {
     memset(c, 0, sizeof *c);
-    int S = m->cfg.conv_k - 1, H = m->cfg.hidden;
+    int S = cfg->conv_k - 1, H = cfg->hidden;
     c->cap = cap;
     c->kvw = l->n_kv * l->head_dim;
     c->conv_n[0] = c->conv_n[1] = S * c->kvw;
@@ -142,6 +142,7 @@ int ink_session_restore(ink_session *s, const ink_snapshot *p, ink_err *err)
         d += ink_layer_cache_conv_floats(&s->lc[l]);
     }
     s->pos = p->pos;
+    ink_session_drop_checkpoints_after(s, s->pos);
     return INK_OK;
 }
 
@@ -176,6 +177,7 @@ int ink_session_commit(ink_session *s, const ink_snapshot *p, int n_keep, ink_er
         d += ink_layer_cache_conv_floats(&s->lc[l]);
     }
     s->pos = p->pos + n_keep;
+    ink_session_drop_checkpoints_after(s, s->pos);
     return INK_OK;
 }
 
@@ -204,4 +206,108 @@ int ink_session_compare(const ink_session *a, const ink_session *b, char *why, s
         }
     }
     return 0;
+}
+
+/* ---- the prompt cache: checkpoints ------------------------------------------------------- */
+
+/* Floats of one checkpoint: conv states of every layer, and W - 1 KV rows (K and V) per sliding layer. */
+static size_t ckpt_floats(const ink_session *s)
+{
+    size_t n = 0;
+    for (int l = 0; l < s->m->cfg.n_layer; l++) {
+        n += ink_layer_cache_conv_floats(&s->lc[l]);
+        if (s->m->cfg.layers[l].sliding) n += (size_t)2 * (s->m->cfg.layers[l].window - 1) * s->lc[l].kvw;
+    }
+    return n;
+}
+
+size_t ink_session_checkpoint_bytes(const ink_session *s) { return ckpt_floats(s) * sizeof(float); }
+
+int ink_session_set_checkpoints(ink_session *s, int n, ink_err *err)
+{
+    size_t nf = ckpt_floats(s);
+    if (n < 0) {
+        size_t fit = ((size_t)256 << 20) / (nf * sizeof(float) + 1);
+        n = fit < 1 ? 1 : fit > 8 ? 8 : (int)fit;
+    }
+    free(s->ckpt), free(s->ckpt_pos);
+    s->ckpt = NULL, s->ckpt_pos = NULL, s->n_ckpt = 0, s->ckpt_next = 0, s->ckpt_floats = nf;
+    if (n == 0) return INK_OK;
+    s->ckpt = malloc((size_t)n * (nf ? nf : 1) * sizeof(float));
+    s->ckpt_pos = malloc((size_t)n * sizeof *s->ckpt_pos);
+    if (!s->ckpt || !s->ckpt_pos) {
+        free(s->ckpt), free(s->ckpt_pos);
+        s->ckpt = NULL, s->ckpt_pos = NULL;
+        return ink_err_set(err, INK_E_NOMEM, "cannot allocate %d prompt-cache checkpoints of %zu bytes", n,
+                           nf * sizeof(float));
+    }
+    for (int i = 0; i < n; i++) s->ckpt_pos[i] = -1;
+    s->n_ckpt = n;
+    return INK_OK;
+}
+
+/* Checkpoints past position pos no longer describe the session's tokens. */
+void ink_session_drop_checkpoints_after(ink_session *s, int pos)
+{
+    for (int i = 0; i < s->n_ckpt; i++)
+        if (s->ckpt_pos[i] > pos) s->ckpt_pos[i] = -1;
+}
+
+void ink_session_checkpoint(ink_session *s)
+{
+    if (!s->n_ckpt || s->pos <= 0) return;
+    int slot = -1;
+    for (int i = 0; i < s->n_ckpt; i++)
+        if (s->ckpt_pos[i] == s->pos) slot = i; /* already there: refresh it */
+    if (slot < 0) slot = s->ckpt_next, s->ckpt_next = (s->ckpt_next + 1) % s->n_ckpt;
+    float *d = s->ckpt + (size_t)slot * s->ckpt_floats;
+    for (int l = 0; l < s->m->cfg.n_layer; l++) {
+        const ink_layer_cache *c = &s->lc[l];
+        ink_layer_cache_save(c, d);
+        d += ink_layer_cache_conv_floats(c);
+        const ink_layer_cfg *lc = &s->m->cfg.layers[l];
+        if (!lc->sliding) continue;
+        for (int r = 0; r < lc->window - 1; r++) { /* rows of positions pos-W+1 .. pos-1 (those that exist) */
+            int p = s->pos - (lc->window - 1) + r;
+            size_t off = (size_t)(p < 0 ? 0 : p % c->cap) * c->kvw;
+            memcpy(d, c->k + off, (size_t)c->kvw * sizeof(float));
+            memcpy(d + c->kvw, c->v + off, (size_t)c->kvw * sizeof(float));
+            d += 2 * (size_t)c->kvw;
+        }
+    }
+    s->ckpt_pos[slot] = s->pos;
+}
+
+int ink_session_rewind(ink_session *s, int limit)
+{
+    int best = -1;
+    for (int i = 0; i < s->n_ckpt; i++)
+        if (s->ckpt_pos[i] > 0 && s->ckpt_pos[i] <= limit && s->ckpt_pos[i] <= s->pos &&
+            (best < 0 || s->ckpt_pos[i] > s->ckpt_pos[best]))
+            best = i;
+    if (best < 0) {
+        ink_session_reset(s);
+        return 0;
+    }
+    int pos = s->ckpt_pos[best];
+    const float *d = s->ckpt + (size_t)best * s->ckpt_floats;
+    for (int l = 0; l < s->m->cfg.n_layer; l++) {
+        ink_layer_cache *c = &s->lc[l];
+        ink_layer_cache_load(c, d);
+        d += ink_layer_cache_conv_floats(c);
+        const ink_layer_cfg *lc = &s->m->cfg.layers[l];
+        if (!lc->sliding) continue;
+        for (int r = 0; r < lc->window - 1; r++) {
+            int p = pos - (lc->window - 1) + r;
+            if (p >= 0) {
+                size_t off = (size_t)(p % c->cap) * c->kvw;
+                memcpy(c->k + off, d, (size_t)c->kvw * sizeof(float));
+                memcpy(c->v + off, d + c->kvw, (size_t)c->kvw * sizeof(float));
+            }
+            d += 2 * (size_t)c->kvw;
+        }
+    }
+    s->pos = pos;
+    ink_session_drop_checkpoints_after(s, pos);
+    return pos;
 }

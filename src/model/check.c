@@ -69,4 +69,4 @@ int ink_check_tensors(ink_tdir *td, ink_err *err)
     return INK_OK;
 }
 
-int ink_model_check_tensors(ink_model *m, ink_err *err) { return ink_check_tensors(&m->td, err); }
+int ink_model_check_tensors(ink_model *m, ink_err *err) { return ink_check_tensors(&m->w.td, err); }

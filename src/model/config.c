@@ -152,18 +152,9 @@ static int check_family(ctx *c, json_t *root, ink_config *cfg)
     return 0;
 }
 
-static int parse_root(ink_config *cfg, json_t *root, ctx *c)
+/* Dimensions, norm constants and the log-scaling fields, with the head-shape checks. */
+static int parse_dims(ink_config *cfg, ctx *c)
 {
-    if (check_family(c, root, cfg)) return c->err ? c->err->code : INK_E_FORMAT;
-    json_t *tc = json_object_get(root, "text_config");
-    if (tc && !json_is_null(tc) && !json_is_object(tc))
-        return ink_err_set(c->err, INK_E_FORMAT, "%s: text_config must be an object", c->what);
-    if (!json_is_object(tc)) {
-        if (json_object_get(root, "vision_config") && !json_object_get(root, "hidden_size"))
-            return ink_err_set(c->err, INK_E_UNSUPPORTED, "%s: no text_config (vision-only checkpoint?)", c->what);
-        tc = root, cfg->flat = 1;
-    }
-    c->tc = tc;
     int e = 0;
     const int BIG = 1 << 20;
     e = e || get_int(c, NAMES("hidden_size"), 1, 0, 1, 65536, &cfg->hidden);
@@ -201,8 +192,14 @@ static int parse_root(ink_config *cfg, json_t *root, ctx *c)
         return ink_err_set(c->err, INK_E_FORMAT,
                            "%s: query heads must be a multiple of KV heads (global %d/%d, sliding %d/%d)", c->what,
                            cfg->n_head, cfg->n_kv, cfg->swa_n_head, cfg->swa_n_kv);
+    return INK_OK;
+}
 
-    /* Flags fixed by the architecture. */
+/* Flags fixed by the architecture must have their one value. */
+static int check_fixed(ctx *c)
+{
+    json_t *tc = c->tc;
+    int e = 0;
     e = e || check_str(c, "hidden_act", "silu") || check_str(c, "gate_activation", "sigmoid");
     e = e || check_bool(c, "use_embed_norm", 1) || check_bool(c, "use_sconv", 1) || check_bool(c, "use_gate_bias", 1) ||
         check_bool(c, "use_global_scale", 1) || check_bool(c, "norm_after_topk", 1) ||
@@ -212,8 +209,13 @@ static int parse_root(ink_config *cfg, json_t *root, ctx *c)
     json_t *sc = json_object_get(tc, "final_logit_softcapping");
     if (sc && !json_is_null(sc))
         return ink_err_set(c->err, INK_E_UNSUPPORTED, "%s: final_logit_softcapping must be null for Inkling", c->what);
+    return INK_OK;
+}
 
-    /* Layer types (§1.3 rule 1) and MLP types (rule 2). */
+/* Which layers slide (§1.3 rule 1) and which are MoE (rule 2). */
+static int parse_layer_kinds(ink_config *cfg, ctx *c)
+{
+    json_t *tc = c->tc;
     int L = cfg->n_layer;
     json_t *lt = json_object_get(tc, "layer_types");
     int ids[INK_MAX_LAYERS];
@@ -255,8 +257,16 @@ static int parse_root(ink_config *cfg, json_t *root, ctx *c)
         for (int i = 0; i < L; i++) cfg->layers[i].moe = i >= dense_idx;
     }
     for (int i = 0; i < L; i++) cfg->n_moe += cfg->layers[i].moe, cfg->n_sliding += cfg->layers[i].sliding;
+    return INK_OK;
+}
 
-    /* Widths (§1.3 rule 3). */
+/* FFN widths (§1.3 rule 3), the expert counts, and each layer's attention shape. */
+static int parse_widths(ink_config *cfg, ctx *c)
+{
+    json_t *tc = c->tc;
+    int e = 0, L = cfg->n_layer;
+    const int BIG = 1 << 20;
+    double x = 0; /* route_scale reads it only where get_num stored it (else the parse fails) */
     int n_dense = L - cfg->n_moe;
     if (json_object_get(tc, "moe_intermediate_size")) {
         e = e || get_int(c, NAMES("intermediate_size"), n_dense > 0, 0, 1, BIG, &cfg->dense_inter);
@@ -286,8 +296,13 @@ static int parse_root(ink_config *cfg, json_t *root, ctx *c)
         l->window = l->sliding ? cfg->window : 0;
         l->log_scale = !l->sliding && cfg->log_floor > 0;
     }
+    return INK_OK;
+}
 
-    /* EOS: top level (int or list), else text_config. */
+/* EOS: top level (int or list), else text_config. */
+static int parse_eos(ink_config *cfg, json_t *root, ctx *c)
+{
+    json_t *tc = c->tc;
     json_t *eos = json_object_get(root, "eos_token_id");
     if (!eos || json_is_null(eos)) eos = json_object_get(tc, "eos_token_id");
     if (json_is_array(eos)) eos = json_array_get(eos, 0);
@@ -299,8 +314,13 @@ static int parse_root(ink_config *cfg, json_t *root, ctx *c)
                                (long long)ev, cfg->vocab - 1);
         cfg->eos = (int)ev;
     }
+    return INK_OK;
+}
 
-    /* MTP fields. */
+/* MTP fields (mtp_config, else text_config's num_mtp_layers ...) and the quantization marker. */
+static int parse_mtp(ink_config *cfg, json_t *root, ctx *c)
+{
+    json_t *tc = c->tc;
     json_t *mc = json_object_get(root, "mtp_config");
     cfg->has_mtp_config = json_is_object(mc);
     ctx mctx = {c->what, json_is_object(mc) ? mc : tc, c->err};
@@ -313,6 +333,25 @@ static int parse_root(ink_config *cfg, json_t *root, ctx *c)
                      0, 63, &cfg->mtp_n_local);
     if (r < 0 || (c->err && c->err->code)) return c->err->code;
     cfg->has_quant_config = json_object_get(root, "quantization") || json_object_get(root, "quantization_config");
+    return INK_OK;
+}
+
+static int parse_root(ink_config *cfg, json_t *root, ctx *c)
+{
+    if (check_family(c, root, cfg)) return c->err ? c->err->code : INK_E_FORMAT;
+    json_t *tc = json_object_get(root, "text_config");
+    if (tc && !json_is_null(tc) && !json_is_object(tc))
+        return ink_err_set(c->err, INK_E_FORMAT, "%s: text_config must be an object", c->what);
+    if (!json_is_object(tc)) {
+        if (json_object_get(root, "vision_config") && !json_object_get(root, "hidden_size"))
+            return ink_err_set(c->err, INK_E_UNSUPPORTED, "%s: no text_config (vision-only checkpoint?)", c->what);
+        tc = root, cfg->flat = 1;
+    }
+    c->tc = tc;
+    int rc;
+    if ((rc = parse_dims(cfg, c)) || (rc = check_fixed(c)) || (rc = parse_layer_kinds(cfg, c)) ||
+        (rc = parse_widths(cfg, c)) || (rc = parse_eos(cfg, root, c)) || (rc = parse_mtp(cfg, root, c)))
+        return rc;
     return INK_OK;
 }
 

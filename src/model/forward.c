@@ -23,15 +23,15 @@ static size_t attn_ws(const ink_config *c, int chunk, int n_ctx)
     return (n + 15) & ~(size_t)15;
 }
 
-int ink_scratch_init(ink_scratch *s, const ink_model *m, int chunk, int n_ctx, ink_err *err)
+int ink_scratch_init(ink_scratch *s, const ink_layer_env *env, int chunk, int n_ctx, ink_err *err)
 {
     memset(s, 0, sizeof *s);
-    const ink_config *c = &m->cfg;
+    const ink_config *c = env->cfg;
     int qw = imax(c->n_head * c->head_dim, c->swa_n_head * c->swa_head_dim);
     int kw = imax(c->n_kv * c->head_dim, c->swa_n_kv * c->swa_head_dim);
     int rw = imax(c->n_head, c->swa_n_head) * c->d_rel;
     int H = c->hidden, inter = imax(c->dense_inter, c->expert_inter);
-    s->chunk = chunk, s->n_ctx = n_ctx, s->n_threads = ink_pool_size(m->pool);
+    s->chunk = chunk, s->n_ctx = n_ctx, s->n_threads = ink_pool_size(env->pool);
     s->attn_ws = attn_ws(c, chunk, n_ctx);
     size_t sz[13] = {
         (size_t)chunk * H,                             /* a */
@@ -87,7 +87,7 @@ float ink_tau(int p, double n_floor, float alpha)
 /* ---- attention ------------------------------------------------------------------------- */
 
 typedef struct attn_ctx {
-    const ink_model *m;
+    const ink_layer_env *env;
     const ink_layer_w *w;
     const ink_layer_cache *c;
     const ink_scratch *s;
@@ -105,7 +105,7 @@ static void attn_task(void *arg, int ith, int nth)
 {
     attn_ctx *a = arg;
     const ink_layer_cfg *l = &a->w->cfg;
-    const ink_config *cfg = &a->m->cfg;
+    const ink_config *cfg = a->env->cfg;
     int nh = l->n_head, d = l->head_dim, g = nh / l->n_kv, dr = cfg->d_rel;
     int i0 = (int)((long long)a->n_tiles * ith / nth), i1 = (int)((long long)a->n_tiles * (ith + 1) / nth);
     ink_attn t;
@@ -143,28 +143,19 @@ static void head_norm(float *x, const float *w, int T, int n_heads, int d, float
         }
 }
 
-static void attention(const ink_model *m, const ink_layer_w *w, ink_layer_cache *c, int pos0, int T, ink_scratch *s)
+/* Attention of one segment's rows: its queries against its own cache (rows t0 .. t0+T-1 of the
+ * scratch buffers). */
+static void attend(const ink_layer_env *env, const ink_layer_w *w, ink_layer_cache *c, int pos0, int t0, int T,
+                   const ink_scratch *s)
 {
-    const ink_config *cfg = &m->cfg;
     const ink_layer_cfg *l = &w->cfg;
-    int H = cfg->hidden, nh = l->n_head, nkv = l->n_kv, d = l->head_dim, K = cfg->conv_k;
-    ink_matmul(m->pool, &w->at.wq, s->a, H, T, s->q, nh * d);
-    ink_matmul(m->pool, &w->at.wk, s->a, H, T, s->k, nkv * d);
-    ink_matmul(m->pool, &w->at.wv, s->a, H, T, s->v, nkv * d);
-    ink_matmul(m->pool, &w->at.wr, s->a, H, T, s->r, nh * cfg->d_rel);
-    if (c->capt[0]) {
-        memcpy(c->capt[0], s->k, (size_t)T * nkv * d * sizeof(float));
-        memcpy(c->capt[1], s->v, (size_t)T * nkv * d * sizeof(float));
-        c->cap_rows = T;
-    }
-    ink_sconv(w->at.k_conv, c->conv[0], s->k, s->k, T, nkv * d, K, s->ext);
-    ink_sconv(w->at.v_conv, c->conv[1], s->v, s->v, T, nkv * d, K, s->ext);
-    head_norm(s->q, w->at.q_norm, T, nh, d, cfg->eps);
-    head_norm(s->k, w->at.k_norm, T, nkv, d, cfg->eps);
+    int nh = l->n_head, nkv = l->n_kv, d = l->head_dim;
+    ink_scratch v = *s; /* a view whose rows start at the segment's first row */
+    v.q += (size_t)t0 * nh * d, v.o += (size_t)t0 * nh * d, v.r += (size_t)t0 * nh * env->cfg->d_rel;
     for (int t = 0; t < T; t++) {
         size_t slot = (size_t)((pos0 + t) % c->cap) * c->kvw;
-        memcpy(c->k + slot, s->k + (size_t)t * c->kvw, (size_t)c->kvw * sizeof(float));
-        memcpy(c->v + slot, s->v + (size_t)t * c->kvw, (size_t)c->kvw * sizeof(float));
+        memcpy(c->k + slot, s->k + (size_t)(t0 + t) * c->kvw, (size_t)c->kvw * sizeof(float));
+        memcpy(c->v + slot, s->v + (size_t)(t0 + t) * c->kvw, (size_t)c->kvw * sizeof(float));
     }
     /* tiles: up to INK_ATTN_MAXQ queries of one KV head (8 rows x 4 heads, ...); split further
      * (heads, then rows) while there are fewer tiles than threads */
@@ -178,11 +169,39 @@ static void attention(const ink_model *m, const ink_layer_w *w, ink_layer_cache 
         if (gs > 1) gs = (gs + 1) / 2;
         else nr = (nr + 1) / 2;
     }
-    attn_ctx a = {m, w, c, s, ink_kernels_active(), pos0, T, nr, (T + nr - 1) / nr, gs, (g + gs - 1) / gs, 0};
+    attn_ctx a = {env, w, c, &v, ink_kernels_active(), pos0, T, nr, (T + nr - 1) / nr, gs, (g + gs - 1) / gs, 0};
     a.n_tiles = nkv * a.n_rt * a.n_hs;
     if (a.n_tiles == 1) attn_task(&a, 0, 1);
-    else ink_pool_run(m->pool, attn_task, &a);
-    ink_matmul(m->pool, &w->at.wo, s->o, nh * d, T, s->u, H);
+    else ink_pool_run(env->pool, attn_task, &a);
+}
+
+/* Projections over all rows (one pass over the weights), then per segment: captured conv inputs,
+ * the k / v short convolutions with that segment's states, the cache append and the attention. */
+static void attention(const ink_layer_env *env, const ink_layer_w *w, const ink_seg *sg, int n_seg, int T,
+                      ink_scratch *s)
+{
+    const ink_config *cfg = env->cfg;
+    const ink_layer_cfg *l = &w->cfg;
+    int H = cfg->hidden, nh = l->n_head, nkv = l->n_kv, d = l->head_dim, K = cfg->conv_k, kw = nkv * d;
+    ink_matmul(env->pool, &w->at.wq, s->a, H, T, s->q, nh * d);
+    ink_matmul(env->pool, &w->at.wk, s->a, H, T, s->k, kw);
+    ink_matmul(env->pool, &w->at.wv, s->a, H, T, s->v, kw);
+    ink_matmul(env->pool, &w->at.wr, s->a, H, T, s->r, nh * cfg->d_rel);
+    for (int i = 0; i < n_seg; i++) {
+        ink_layer_cache *c = sg[i].c;
+        float *k = s->k + (size_t)sg[i].t0 * kw, *v = s->v + (size_t)sg[i].t0 * kw;
+        if (c->capt[0]) {
+            memcpy(c->capt[0], k, (size_t)sg[i].T * kw * sizeof(float));
+            memcpy(c->capt[1], v, (size_t)sg[i].T * kw * sizeof(float));
+            c->cap_rows = sg[i].T;
+        }
+        ink_sconv(w->at.k_conv, c->conv[0], k, k, sg[i].T, kw, K, s->ext);
+        ink_sconv(w->at.v_conv, c->conv[1], v, v, sg[i].T, kw, K, s->ext);
+    }
+    head_norm(s->q, w->at.q_norm, T, nh, d, cfg->eps);
+    head_norm(s->k, w->at.k_norm, T, nkv, d, cfg->eps);
+    for (int i = 0; i < n_seg; i++) attend(env, w, sg[i].c, sg[i].pos0, sg[i].t0, sg[i].T, s);
+    ink_matmul(env->pool, &w->at.wo, s->o, nh * d, T, s->u, H);
 }
 
 /* ---- MLPs ------------------------------------------------------------------------------ */
@@ -190,13 +209,13 @@ static void attention(const ink_model *m, const ink_layer_w *w, ink_layer_cache 
 static float silu(float z) { return z / (1.0f + expf(-z)); }
 
 /* out[T][H] = down(silu(gate x) * up x) for rows x[T][H]. */
-static void swiglu(const ink_model *m, const ink_ffn_w *f, const float *x, int T, float *out, ink_scratch *s)
+static void swiglu(const ink_layer_env *env, const ink_ffn_w *f, const float *x, int T, float *out, ink_scratch *s)
 {
-    int H = m->cfg.hidden, I = f->gate.rows;
-    ink_matmul(m->pool, &f->gate, x, H, T, s->ffn, I);
-    ink_matmul(m->pool, &f->up, x, H, T, s->ffn2, I);
+    int H = env->cfg->hidden, I = f->gate.rows;
+    ink_matmul(env->pool, &f->gate, x, H, T, s->ffn, I);
+    ink_matmul(env->pool, &f->up, x, H, T, s->ffn2, I);
     for (size_t i = 0; i < (size_t)T * I; i++) s->ffn[i] = silu(s->ffn[i]) * s->ffn2[i];
-    ink_matmul(m->pool, &f->down, s->ffn, I, T, out, H);
+    ink_matmul(env->pool, &f->down, s->ffn, I, T, out, H);
 }
 
 /* Router for one token (inkling-text.md §3.7): chosen ids (in selection order: higher score first,
@@ -227,11 +246,11 @@ void ink_route(const ink_config *c, const float *logit, const float *bias, float
     for (int j = 0; j < k + S; j++) wt[j] = expf(ls[j] - lse) * c->route_scale * gscale;
 }
 
-static void moe(const ink_model *m, const ink_layer_w *w, const float *x, int T, float *out, ink_scratch *s)
+static void moe(const ink_layer_env *env, const ink_layer_w *w, const float *x, int T, float *out, ink_scratch *s)
 {
-    const ink_config *c = &m->cfg;
+    const ink_config *c = env->cfg;
     int H = c->hidden, E = c->n_expert, k = c->n_expert_used, S = c->n_shared, ER = E + S;
-    ink_matmul(m->pool, &w->router, x, H, T, s->logits_r, ER);
+    ink_matmul(env->pool, &w->router, x, H, T, s->logits_r, ER);
     /* route every token; logits_r row t is reused to hold its k chosen ids and k+S weights */
     int *chosen = s->route_ids, *rows = s->rows, KS = k + S;
     float *wt = s->route_w, *rw = s->row_w;
@@ -250,7 +269,7 @@ static void moe(const ink_model *m, const ink_layer_w *w, const float *x, int T,
         }
         if (!n) continue;
         for (int i = 0; i < n; i++) memcpy(gx + (size_t)i * H, x + (size_t)rows[i] * H, (size_t)H * sizeof(float));
-        swiglu(m, e < E ? &w->experts[e] : &w->shared[e - E], gx, n, gy, s);
+        swiglu(env, e < E ? &w->experts[e] : &w->shared[e - E], gx, n, gy, s);
         for (int i = 0; i < n; i++) {
             float *o = out + (size_t)rows[i] * H;
             const float *y = gy + (size_t)i * H;
@@ -261,25 +280,42 @@ static void moe(const ink_model *m, const ink_layer_w *w, const float *x, int T,
 
 /* ---- layer ----------------------------------------------------------------------------- */
 
-void ink_layer_forward(const ink_model *m, const ink_layer_w *w, ink_layer_cache *c, int pos0, float *x, int T,
-                       ink_scratch *s)
+/* A conv state update of every segment over its rows of u[T][C] (in place), capturing the inputs
+ * in capt[i] first when the cache captures. */
+static void sconv_segs(const float *wconv, int i, const ink_seg *sg, int n_seg, float *u, int C, int K, float *ext)
 {
-    const ink_config *cfg = &m->cfg;
+    for (int j = 0; j < n_seg; j++) {
+        ink_layer_cache *c = sg[j].c;
+        float *x = u + (size_t)sg[j].t0 * C;
+        if (c->capt[i]) memcpy(c->capt[i], x, (size_t)sg[j].T * C * sizeof(float));
+        ink_sconv(wconv, c->conv[i], x, x, sg[j].T, C, K, ext);
+    }
+}
+
+void ink_layer_forward_segs(const ink_layer_env *env, const ink_layer_w *w, const ink_seg *sg, int n_seg, float *x,
+                            int T, ink_scratch *s)
+{
+    const ink_config *cfg = env->cfg;
     int H = cfg->hidden, K = cfg->conv_k;
     for (int t = 0; t < T; t++) ink_rmsnorm(s->a + (size_t)t * H, x + (size_t)t * H, w->attn_norm, H, cfg->eps);
-    attention(m, w, c, pos0, T, s);
-    if (c->capt[2]) memcpy(c->capt[2], s->u, (size_t)T * H * sizeof(float));
-    ink_sconv(w->attn_conv, c->conv[2], s->u, s->u, T, H, K, s->ext);
+    attention(env, w, sg, n_seg, T, s);
+    sconv_segs(w->attn_conv, 2, sg, n_seg, s->u, H, K, s->ext);
     for (size_t i = 0; i < (size_t)T * H; i++) x[i] += s->u[i];
     for (int t = 0; t < T; t++) ink_rmsnorm(s->a + (size_t)t * H, x + (size_t)t * H, w->mlp_norm, H, cfg->eps);
-    if (w->cfg.moe) moe(m, w, s->a, T, s->u, s);
+    if (w->cfg.moe) moe(env, w, s->a, T, s->u, s);
     else {
-        swiglu(m, &w->dense, s->a, T, s->u, s);
+        swiglu(env, &w->dense, s->a, T, s->u, s);
         for (size_t i = 0; i < (size_t)T * H; i++) s->u[i] *= w->dense_scale;
     }
-    if (c->capt[3]) memcpy(c->capt[3], s->u, (size_t)T * H * sizeof(float));
-    ink_sconv(w->mlp_conv, c->conv[3], s->u, s->u, T, H, K, s->ext);
+    sconv_segs(w->mlp_conv, 3, sg, n_seg, s->u, H, K, s->ext);
     for (size_t i = 0; i < (size_t)T * H; i++) x[i] += s->u[i];
+}
+
+void ink_layer_forward(const ink_layer_env *env, const ink_layer_w *w, ink_layer_cache *c, int pos0, float *x, int T,
+                       ink_scratch *s)
+{
+    ink_seg one = {c, pos0, 0, T};
+    ink_layer_forward_segs(env, w, &one, 1, x, T, s);
 }
 
 void ink_embed(const ink_model *m, const int32_t *ids, int T, float *out)
@@ -306,10 +342,11 @@ void ink_forward_chunk(const ink_model *m, ink_layer_cache *lc, ink_scratch *sc,
 {
     const ink_config *c = &m->cfg;
     int H = c->hidden, Vu = c->vocab_unpadded, L = c->n_layer;
+    const ink_layer_env env = {c, m->pool};
     ink_embed(m, tok, n, x);
     if (out->embeddings) memcpy(out->embeddings + (size_t)t0 * H, x, (size_t)n * H * sizeof(float));
     for (int l = 0; l < L; l++) {
-        ink_layer_forward(m, &m->layers[l], &lc[l], pos, x, n, sc);
+        ink_layer_forward(&env, &m->layers[l], &lc[l], pos, x, n, sc);
         if (out->layer_outputs) memcpy(out->layer_outputs + ((size_t)l * T + t0) * H, x, (size_t)n * H * sizeof(float));
     }
     if (out->hidden_prenorm) memcpy(out->hidden_prenorm + (size_t)t0 * H, x, (size_t)n * H * sizeof(float));

@@ -1,4 +1,5 @@
-/* load.c — model directory -> ink_model: detection table, tensor binding with strict shapes.
+/* load.c — model directory -> ink_model: detection table, tensor binding with strict shapes (the
+ * ink_bind_* functions bind into an ink_weights, shared with the MTP drafter).
  *
  * Tensor names (inkling-text.md §2): the release names (model.llm.*) first; the transformers names
  * (model.language_model.* for the multimodal class, model.* + lm_head for InklingForCausalLM) are
@@ -14,19 +15,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void *ink_model_own(ink_model *m, void *p)
+void *ink_weights_own(ink_weights *wt, void *p)
 {
     if (!p) return NULL;
-    if (m->n_owned == m->cap_owned) {
-        int cap = m->cap_owned ? 2 * m->cap_owned : 256;
-        void **n = realloc(m->owned, (size_t)cap * sizeof *n);
+    if (wt->n_owned == wt->cap_owned) {
+        int cap = wt->cap_owned ? 2 * wt->cap_owned : 256;
+        void **n = realloc(wt->owned, (size_t)cap * sizeof *n);
         if (!n) {
             free(p);
             return NULL;
         }
-        m->owned = n, m->cap_owned = cap;
+        wt->owned = n, wt->cap_owned = cap;
     }
-    return m->owned[m->n_owned++] = p;
+    return wt->owned[wt->n_owned++] = p;
 }
 
 static const char *shape_str(const ink_st_tensor *t, char *buf, size_t n)
@@ -50,11 +51,11 @@ static int not_float(ink_tdir *td, const ink_tref *r, ink_err *err)
 /* Pointer to the tensor's data in the mapping, never a copy: the data may start at any address (a
  * header that is not padded puts them at an odd offset; formats.md says readers must not assume
  * alignment), and every kernel reads weights, scales and biases with unaligned loads. */
-static const void *tensor_data(ink_model *m, ink_tdir *td, const ink_tref *r, ink_err *err)
+static const void *tensor_data(ink_weights *wt, const ink_tref *r, ink_err *err)
 {
     static const uint64_t none; /* header-only models: a non-NULL pointer never read */
-    if (m->header_only) return &none;
-    if (ink_tdir_map(td, r, err)) return NULL;
+    if (wt->header_only) return &none;
+    if (ink_tdir_map(&wt->td, r, err)) return NULL;
     return r->t->data;
 }
 
@@ -65,22 +66,22 @@ static const ink_tref *need(ink_tdir *td, const char *name, ink_err *err)
     return r;
 }
 
-int ink_bind_vec(ink_model *m, ink_tdir *td, const char *name, int64_t n, float **out, ink_err *err)
+int ink_bind_vec(ink_weights *wt, const char *name, int64_t n, float **out, ink_err *err)
 {
-    const ink_tref *r = need(td, name, err);
+    const ink_tref *r = need(&wt->td, name, err);
     if (!r) return err ? err->code : INK_E_FORMAT;
-    if (!is_float(r->t->dtype)) return not_float(td, r, err);
+    if (!is_float(r->t->dtype)) return not_float(&wt->td, r, err);
     int64_t ne = ink_st_numel(r->t);
     if (ne != n) {
         char b[96];
         return ink_err_set(err, INK_E_FORMAT, "tensor %s: expected %lld elements, found shape %s", name, (long long)n,
                            shape_str(r->t, b, sizeof b));
     }
-    const void *d = tensor_data(m, td, r, err);
-    float *f = d ? ink_model_own(m, malloc((size_t)(n ? n : 1) * sizeof(float))) : NULL;
+    const void *d = tensor_data(wt, r, err);
+    float *f = d ? ink_weights_own(wt, malloc((size_t)(n ? n : 1) * sizeof(float))) : NULL;
     if (!f) return d ? ink_err_set(err, INK_E_NOMEM, "out of memory") : err->code;
-    for (int64_t i = 0; i < n && m->header_only; i++) f[i] = 0.0f;
-    for (int64_t i = 0; i < n && !m->header_only; i++) {
+    for (int64_t i = 0; i < n && wt->header_only; i++) f[i] = 0.0f;
+    for (int64_t i = 0; i < n && !wt->header_only; i++) {
         if (r->t->dtype == INK_DT_F32) f[i] = ink_ld_f32(d, (size_t)i);
         else if (r->t->dtype == INK_DT_BF16) f[i] = ink_bf16_to_f32(ink_ld_u16(d, (size_t)i));
         else f[i] = ink_f16_to_f32(ink_ld_u16(d, (size_t)i));
@@ -89,10 +90,10 @@ int ink_bind_vec(ink_model *m, ink_tdir *td, const char *name, int64_t n, float 
     return INK_OK;
 }
 
-static int bind_scalar(ink_model *m, ink_tdir *td, const char *name, float *out, ink_err *err)
+static int bind_scalar(ink_weights *wt, const char *name, float *out, ink_err *err)
 {
     float *v;
-    int rc = ink_bind_vec(m, td, name, 1, &v, err);
+    int rc = ink_bind_vec(wt, name, 1, &v, err);
     if (!rc) *out = v[0];
     return rc;
 }
@@ -136,13 +137,13 @@ static int shape_err(ink_err *err, const ink_st_tensor *t, const char *name, con
 
 /* MLX affine: P.weight U32 [.., rows, cols*b/32], P.scales / P.biases [.., rows, cols/gs]; b and gs from
  * the shapes (formats.md §4.9). */
-static int bind_affine(ink_model *m, ink_tdir *td, const ink_tref *r, const ink_tref *rs, const char *pfx, int n,
+static int bind_affine(ink_weights *wt, const ink_tref *r, const ink_tref *rs, const char *pfx, int n,
                        int rows, int cols, stackv *out, ink_err *err)
 {
     const ink_st_tensor *t = r->t, *ts = rs->t;
     char bn[600];
     snprintf(bn, sizeof bn, "%s.biases", pfx);
-    const ink_tref *rb = ink_tdir_find(td, bn);
+    const ink_tref *rb = ink_tdir_find(&wt->td, bn);
     if (t->dtype != INK_DT_U32)
         return ink_err_set(err, INK_E_FORMAT, "tensor %s: has %s.scales, so it must be U32 (MLX packed), found %s",
                            r->name, pfx, ink_dtype_name(t->dtype));
@@ -164,13 +165,13 @@ static int bind_affine(ink_model *m, ink_tdir *td, const ink_tref *r, const ink_
     if (!dims_ok(ts, n, rows, G)) return shape_err(err, ts, rs->name, "", n, rows, G);
     for (int i = 0; i < nd; i++)
         if (rb->t->shape[i] != ts->shape[i]) return shape_err(err, rb->t, rb->name, "", n, rows, G);
-    const void *d = tensor_data(m, td, r, err), *s = d ? tensor_data(m, td, rs, err) : NULL;
-    const void *b = s ? tensor_data(m, td, rb, err) : NULL;
+    const void *d = tensor_data(wt, r, err), *s = d ? tensor_data(wt, rs, err) : NULL;
+    const void *b = s ? tensor_data(wt, rb, err) : NULL;
     if (!b) return err->code;
     memset(out, 0, sizeof *out);
     out->m = (ink_mat){.dtype = INK_QT_AFFINE, .rows = rows, .cols = cols, .stride = (size_t)pw * 4, .data = d,
                        .bits = bits, .group = gs, .sdtype = ts->dtype, .sstride = (size_t)G, .scales = s, .biases = b,
-                       .gscale = 1.0f, .int8 = m->act_int8};
+                       .gscale = 1.0f, .int8 = wt->act_int8};
     out->rowb = (size_t)pw * 4;
     out->estep_b = (size_t)rows * pw * 4;
     out->estep_s = (size_t)rows * G;
@@ -178,12 +179,12 @@ static int bind_affine(ink_model *m, ink_tdir *td, const ink_tref *r, const ink_
 }
 
 /* NVFP4 (ModelOpt): X U8 [n, rows, cols/2], X.scale F8_E4M3 [n, rows, cols/16], X.scale2 F32 [n]. */
-static int bind_nvfp4(ink_model *m, ink_tdir *td, const ink_tref *r, const ink_tref *rs, int n, int rows, int cols,
+static int bind_nvfp4(ink_weights *wt, const ink_tref *r, const ink_tref *rs, int n, int rows, int cols,
                       stackv *out, ink_err *err)
 {
     char s2[600];
     snprintf(s2, sizeof s2, "%s.scale2", r->name);
-    const ink_tref *r2 = ink_tdir_find(td, s2);
+    const ink_tref *r2 = ink_tdir_find(&wt->td, s2);
     if (r->t->dtype != INK_DT_U8 || rs->t->dtype != INK_DT_F8_E4M3 || !r2 || r2->t->dtype != INK_DT_F32)
         return ink_err_set(err, INK_E_FORMAT,
                            "tensor %s: NVFP4 needs U8 codes, F8_E4M3 %s.scale and F32 %s.scale2 (found %s, %s, %s)",
@@ -197,14 +198,14 @@ static int bind_nvfp4(ink_model *m, ink_tdir *td, const ink_tref *r, const ink_t
         return ink_err_set(err, INK_E_FORMAT, "tensor %s: expected %d scale2 values, found %lld", r2->name, cnt,
                            (long long)ink_st_numel(r2->t));
     float *g2;
-    int rc = ink_bind_vec(m, td, r2->name, cnt, &g2, err);
+    int rc = ink_bind_vec(wt, r2->name, cnt, &g2, err);
     if (rc) return rc;
-    const void *d = tensor_data(m, td, r, err), *s = d ? tensor_data(m, td, rs, err) : NULL;
+    const void *d = tensor_data(wt, r, err), *s = d ? tensor_data(wt, rs, err) : NULL;
     if (!s) return err->code;
     memset(out, 0, sizeof *out);
     out->m = (ink_mat){.dtype = INK_QT_NVFP4, .rows = rows, .cols = cols, .stride = (size_t)cols / 2, .data = d,
                        .bits = 4, .group = 16, .sdtype = INK_DT_F8_E4M3, .sstride = (size_t)cols / 16, .scales = s,
-                       .gscale = g2[0], .int8 = m->act_int8};
+                       .gscale = g2[0], .int8 = wt->act_int8};
     out->rowb = (size_t)cols / 2;
     out->estep_b = (size_t)rows * cols / 2;
     out->estep_s = (size_t)rows * cols / 16;
@@ -214,20 +215,20 @@ static int bind_nvfp4(ink_model *m, ink_tdir *td, const ink_tref *r, const ink_t
 
 /* A stack of `n` matrices [n, rows, cols] (n = 0: plain 2-D [rows, cols]): float, MLX affine (when
  * <prefix>.scales exists) or NVFP4 (when <name>.scale exists). */
-static int bind_stack(ink_model *m, ink_tdir *td, const char *name, int n, int rows, int cols, stackv *out, ink_err *err)
+static int bind_stack(ink_weights *wt, const char *name, int n, int rows, int cols, stackv *out, ink_err *err)
 {
-    const ink_tref *r = need(td, name, err);
+    const ink_tref *r = need(&wt->td, name, err);
     if (!r) return err->code;
     char pfx[512], sn[600];
     quant_prefix(name, pfx, sizeof pfx);
     snprintf(sn, sizeof sn, "%s.scales", pfx);
-    const ink_tref *rs = ink_tdir_find(td, sn);
-    if (rs) return bind_affine(m, td, r, rs, pfx, n, rows, cols, out, err);
+    const ink_tref *rs = ink_tdir_find(&wt->td, sn);
+    if (rs) return bind_affine(wt, r, rs, pfx, n, rows, cols, out, err);
     snprintf(sn, sizeof sn, "%s.scale", name);
-    if ((rs = ink_tdir_find(td, sn))) return bind_nvfp4(m, td, r, rs, n, rows, cols, out, err);
-    if (!is_float(r->t->dtype)) return not_float(td, r, err);
+    if ((rs = ink_tdir_find(&wt->td, sn))) return bind_nvfp4(wt, r, rs, n, rows, cols, out, err);
+    if (!is_float(r->t->dtype)) return not_float(&wt->td, r, err);
     if (!dims_ok(r->t, n, rows, cols)) return shape_err(err, r->t, name, "", n, rows, cols);
-    const void *d = tensor_data(m, td, r, err);
+    const void *d = tensor_data(wt, r, err);
     if (!d) return err->code;
     size_t es = r->t->dtype == INK_DT_F32 ? 4 : 2;
     memset(out, 0, sizeof *out);
@@ -257,18 +258,18 @@ static ink_mat sub(const stackv *s, int e, int row0, int nrows, int step)
     return v;
 }
 
-int ink_bind_mat(ink_model *m, ink_tdir *td, const char *name, int rows, int cols, ink_mat *out, ink_err *err)
+int ink_bind_mat(ink_weights *wt, const char *name, int rows, int cols, ink_mat *out, ink_err *err)
 {
     stackv s;
-    int rc = bind_stack(m, td, name, 0, rows, cols, &s, err);
+    int rc = bind_stack(wt, name, 0, rows, cols, &s, err);
     if (!rc) *out = s.m;
     return rc;
 }
 
 /* Conv taps [C,1,K] (torch), [C,K,1] (MLX) or [C,K] -> f32 [C][K]. */
-static int bind_conv(ink_model *m, ink_tdir *td, const char *name, int C, int K, float **out, ink_err *err)
+static int bind_conv(ink_weights *wt, const char *name, int C, int K, float **out, ink_err *err)
 {
-    const ink_tref *r = need(td, name, err);
+    const ink_tref *r = need(&wt->td, name, err);
     if (!r) return err->code;
     const ink_st_tensor *t = r->t;
     int ok = t->shape[0] == C && ((t->ndim == 3 && ((t->shape[1] == 1 && t->shape[2] == K) ||
@@ -279,7 +280,7 @@ static int bind_conv(ink_model *m, ink_tdir *td, const char *name, int C, int K,
         return ink_err_set(err, INK_E_FORMAT, "tensor %s: expected conv shape [%d, 1, %d] (or [%d, %d, 1]), found %s",
                            name, C, K, C, K, shape_str(t, b, sizeof b));
     }
-    return ink_bind_vec(m, td, name, (int64_t)C * K, out, err); /* all layouts are C-major with K contiguous */
+    return ink_bind_vec(wt, name, (int64_t)C * K, out, err); /* all layouts are C-major with K contiguous */
 }
 
 /* Tries prefix+suffix for each suffix; returns the index found or -1. */
@@ -295,95 +296,95 @@ static int find_suffix(ink_tdir *td, const char *prefix, const char *const *suf,
 
 #define SUF(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-static int bind_named(ink_model *m, ink_tdir *td, const char *prefix, const char *const *suf, int kind, int a, int b,
+static int bind_named(ink_weights *wt, const char *prefix, const char *const *suf, int kind, int a, int b,
                       void *out, ink_err *err)
 {
     char name[512];
-    find_suffix(td, prefix, suf, name, sizeof name);
+    find_suffix(&wt->td, prefix, suf, name, sizeof name);
     switch (kind) {
-    case 0: return ink_bind_vec(m, td, name, a, out, err);
-    case 1: return ink_bind_mat(m, td, name, a, b, out, err);
-    case 2: return bind_conv(m, td, name, a, b, out, err);
-    default: return bind_scalar(m, td, name, out, err);
+    case 0: return ink_bind_vec(wt, name, a, out, err);
+    case 1: return ink_bind_mat(wt, name, a, b, out, err);
+    case 2: return bind_conv(wt, name, a, b, out, err);
+    default: return bind_scalar(wt, name, out, err);
     }
 }
 
 /* gate/up/down of a stack of n SwiGLUs (n = 0: one dense MLP) of width I. Row selections (interleave,
  * half split, expert slice) apply to codes, scales and biases alike (formats.md §4.2). */
-static int bind_ffn(ink_model *m, ink_tdir *td, const char *prefix, int n, int I, int H, const char *const *fused_il,
+static int bind_ffn(ink_weights *wt, const char *prefix, int n, int I, int H, const char *const *fused_il,
                     const char *const *fused_half, const char *const *gate, const char *const *up,
                     const char *const *down, ink_ffn_w *out, ink_err *err)
 {
     char name[512];
     int cnt = n ? n : 1, rc;
     stackv s;
-    int il = find_suffix(td, prefix, fused_il, name, sizeof name) >= 0;
-    int half = !il && fused_half[0] && find_suffix(td, prefix, fused_half, name, sizeof name) >= 0;
-    int split = !il && !half && find_suffix(td, prefix, gate, name, sizeof name) >= 0;
+    int il = find_suffix(&wt->td, prefix, fused_il, name, sizeof name) >= 0;
+    int half = !il && fused_half[0] && find_suffix(&wt->td, prefix, fused_half, name, sizeof name) >= 0;
+    int split = !il && !half && find_suffix(&wt->td, prefix, gate, name, sizeof name) >= 0;
     if (il || !(half || split)) { /* release layout: even rows gate, odd rows up */
-        find_suffix(td, prefix, fused_il, name, sizeof name);
-        if ((rc = bind_stack(m, td, name, n, 2 * I, H, &s, err))) return rc;
+        find_suffix(&wt->td, prefix, fused_il, name, sizeof name);
+        if ((rc = bind_stack(wt, name, n, 2 * I, H, &s, err))) return rc;
         for (int e = 0; e < cnt; e++) out[e].gate = sub(&s, e, 0, I, 2), out[e].up = sub(&s, e, 1, I, 2);
     } else if (half) { /* HF gate_up_proj: first half gate, second half up */
-        if ((rc = bind_stack(m, td, name, n, 2 * I, H, &s, err))) return rc;
+        if ((rc = bind_stack(wt, name, n, 2 * I, H, &s, err))) return rc;
         for (int e = 0; e < cnt; e++) out[e].gate = sub(&s, e, 0, I, 1), out[e].up = sub(&s, e, I, I, 1);
     } else { /* pre-split gate_proj / up_proj */
-        if ((rc = bind_stack(m, td, name, n, I, H, &s, err))) return rc;
+        if ((rc = bind_stack(wt, name, n, I, H, &s, err))) return rc;
         for (int e = 0; e < cnt; e++) out[e].gate = sub(&s, e, 0, I, 1);
-        find_suffix(td, prefix, up, name, sizeof name);
-        if ((rc = bind_stack(m, td, name, n, I, H, &s, err))) return rc;
+        find_suffix(&wt->td, prefix, up, name, sizeof name);
+        if ((rc = bind_stack(wt, name, n, I, H, &s, err))) return rc;
         for (int e = 0; e < cnt; e++) out[e].up = sub(&s, e, 0, I, 1);
     }
-    find_suffix(td, prefix, down, name, sizeof name);
-    if ((rc = bind_stack(m, td, name, n, H, I, &s, err))) return rc;
+    find_suffix(&wt->td, prefix, down, name, sizeof name);
+    if ((rc = bind_stack(wt, name, n, H, I, &s, err))) return rc;
     for (int e = 0; e < cnt; e++) out[e].down = sub(&s, e, 0, H, 1);
     return INK_OK;
 }
 
-int ink_bind_layer(ink_model *m, ink_tdir *td, const char *p, const ink_layer_cfg *l, ink_layer_w *w, ink_err *err)
+int ink_bind_layer(ink_weights *wt, const char *p, const ink_layer_cfg *l, ink_layer_w *w, ink_err *err)
 {
-    const ink_config *c = &m->cfg;
+    const ink_config *c = wt->cfg;
     int H = c->hidden, K = c->conv_k, nh = l->n_head, nkv = l->n_kv, d = l->head_dim;
     w->cfg = *l;
     int rc = 0;
-    rc = rc ? rc : bind_named(m, td, p, SUF("attn_norm.weight", "input_layernorm.weight"), 0, H, 0, &w->attn_norm, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("mlp_norm.weight", "post_attention_layernorm.weight"), 0, H, 0, &w->mlp_norm, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("attn_sconv.weight", "attn_sconv.conv1d.weight", "attn_sconv.conv.weight"), 2, H, K, &w->attn_conv, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("mlp_sconv.weight", "mlp_sconv.conv1d.weight", "mlp_sconv.conv.weight"), 2, H, K, &w->mlp_conv, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("attn.wq_du.weight", "self_attn.q_proj.weight"), 1, nh * d, H, &w->at.wq, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("attn.wk_dv.weight", "self_attn.k_proj.weight"), 1, nkv * d, H, &w->at.wk, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("attn.wv_dv.weight", "self_attn.v_proj.weight"), 1, nkv * d, H, &w->at.wv, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("attn.wr_du.weight", "self_attn.r_proj.weight"), 1, nh * c->d_rel, H, &w->at.wr, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("attn.wo_ud.weight", "self_attn.o_proj.weight"), 1, H, nh * d, &w->at.wo, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("attn.q_norm.weight", "self_attn.q_norm.weight"), 0, d, 0, &w->at.q_norm, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("attn.k_norm.weight", "self_attn.k_norm.weight"), 0, d, 0, &w->at.k_norm, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("attn.k_sconv.weight", "self_attn.k_sconv.conv1d.weight", "self_attn.k_sconv.conv.weight"), 2, nkv * d, K, &w->at.k_conv, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("attn.v_sconv.weight", "self_attn.v_sconv.conv1d.weight", "self_attn.v_sconv.conv.weight"), 2, nkv * d, K, &w->at.v_conv, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("attn.rel_logits_proj.proj", "self_attn.rel_logits_proj.proj", "self_attn.rel_proj"), 0, (int64_t)c->d_rel * l->rel_extent, 0, &w->at.rel, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("attn_norm.weight", "input_layernorm.weight"), 0, H, 0, &w->attn_norm, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("mlp_norm.weight", "post_attention_layernorm.weight"), 0, H, 0, &w->mlp_norm, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("attn_sconv.weight", "attn_sconv.conv1d.weight", "attn_sconv.conv.weight"), 2, H, K, &w->attn_conv, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("mlp_sconv.weight", "mlp_sconv.conv1d.weight", "mlp_sconv.conv.weight"), 2, H, K, &w->mlp_conv, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("attn.wq_du.weight", "self_attn.q_proj.weight"), 1, nh * d, H, &w->at.wq, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("attn.wk_dv.weight", "self_attn.k_proj.weight"), 1, nkv * d, H, &w->at.wk, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("attn.wv_dv.weight", "self_attn.v_proj.weight"), 1, nkv * d, H, &w->at.wv, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("attn.wr_du.weight", "self_attn.r_proj.weight"), 1, nh * c->d_rel, H, &w->at.wr, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("attn.wo_ud.weight", "self_attn.o_proj.weight"), 1, H, nh * d, &w->at.wo, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("attn.q_norm.weight", "self_attn.q_norm.weight"), 0, d, 0, &w->at.q_norm, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("attn.k_norm.weight", "self_attn.k_norm.weight"), 0, d, 0, &w->at.k_norm, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("attn.k_sconv.weight", "self_attn.k_sconv.conv1d.weight", "self_attn.k_sconv.conv.weight"), 2, nkv * d, K, &w->at.k_conv, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("attn.v_sconv.weight", "self_attn.v_sconv.conv1d.weight", "self_attn.v_sconv.conv.weight"), 2, nkv * d, K, &w->at.v_conv, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("attn.rel_logits_proj.proj", "self_attn.rel_logits_proj.proj", "self_attn.rel_proj"), 0, (int64_t)c->d_rel * l->rel_extent, 0, &w->at.rel, err);
     if (rc) return rc;
     if (!l->moe) {
         w->inter = c->dense_inter;
-        rc = bind_ffn(m, td, p, 0, c->dense_inter, H, SUF("mlp.w13_dn.weight"), SUF(NULL),
+        rc = bind_ffn(wt, p, 0, c->dense_inter, H, SUF("mlp.w13_dn.weight"), SUF(NULL),
                       SUF("mlp.gate_proj.weight"), SUF("mlp.up_proj.weight"), SUF("mlp.w2_md.weight", "mlp.down_proj.weight"),
                       &w->dense, err);
-        return rc ? rc : bind_named(m, td, p, SUF("mlp.global_scale"), 3, 0, 0, &w->dense_scale, err);
+        return rc ? rc : bind_named(wt, p, SUF("mlp.global_scale"), 3, 0, 0, &w->dense_scale, err);
     }
     int E = c->n_expert, S = c->n_shared, I = c->expert_inter;
     w->inter = I;
-    rc = bind_named(m, td, p, SUF("mlp.gate.weight", "mlp.gate_weight"), 1, E + S, H, &w->router, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("mlp.gate.bias", "mlp.gate.e_score_correction_bias", "mlp.e_score_correction_bias"), 0, E, 0, &w->router_bias, err);
-    rc = rc ? rc : bind_named(m, td, p, SUF("mlp.gate.global_scale", "mlp.global_scale"), 3, 0, 0, &w->router_scale, err);
+    rc = bind_named(wt, p, SUF("mlp.gate.weight", "mlp.gate_weight"), 1, E + S, H, &w->router, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("mlp.gate.bias", "mlp.gate.e_score_correction_bias", "mlp.e_score_correction_bias"), 0, E, 0, &w->router_bias, err);
+    rc = rc ? rc : bind_named(wt, p, SUF("mlp.gate.global_scale", "mlp.global_scale"), 3, 0, 0, &w->router_scale, err);
     if (rc) return rc;
-    w->experts = ink_model_own(m, calloc((size_t)E, sizeof *w->experts));
-    w->shared = ink_model_own(m, calloc((size_t)(S ? S : 1), sizeof *w->shared));
+    w->experts = ink_weights_own(wt, calloc((size_t)E, sizeof *w->experts));
+    w->shared = ink_weights_own(wt, calloc((size_t)(S ? S : 1), sizeof *w->shared));
     if (!w->experts || !w->shared) return ink_err_set(err, INK_E_NOMEM, "out of memory");
-    rc = bind_ffn(m, td, p, E, I, H, SUF("mlp.experts.w13_weight"), SUF("mlp.experts.gate_up_proj"),
+    rc = bind_ffn(wt, p, E, I, H, SUF("mlp.experts.w13_weight"), SUF("mlp.experts.gate_up_proj"),
                   SUF("mlp.experts.gate_proj.weight", "mlp.switch_mlp.gate_proj.weight", "mlp.experts.gate_proj"),
                   SUF("mlp.experts.up_proj.weight", "mlp.switch_mlp.up_proj.weight", "mlp.experts.up_proj"),
                   SUF("mlp.experts.w2_weight", "mlp.experts.down_proj", "mlp.experts.down_proj.weight", "mlp.switch_mlp.down_proj.weight"),
                   w->experts, err);
     if (rc || !S) return rc;
-    return bind_ffn(m, td, p, S, I, H, SUF("mlp.shared_experts.shared_w13_weight"), SUF(NULL),
+    return bind_ffn(wt, p, S, I, H, SUF("mlp.shared_experts.shared_w13_weight"), SUF(NULL),
                     SUF("mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.gate_proj"),
                     SUF("mlp.shared_experts.up_proj.weight", "mlp.shared_experts.up_proj"),
                     SUF("mlp.shared_experts.shared_w2_weight", "mlp.shared_experts.down_proj.weight", "mlp.shared_experts.down_proj"),
@@ -764,13 +765,19 @@ int ink_model_detect(const char *dir, ink_model_info *info, ink_err *err)
 
 /* ---- open / free ------------------------------------------------------------------------ */
 
+void ink_weights_free(ink_weights *wt)
+{
+    for (int i = 0; i < wt->n_owned; i++) free(wt->owned[i]);
+    free(wt->owned);
+    ink_tdir_close(&wt->td);
+    memset(wt, 0, sizeof *wt);
+}
+
 void ink_model_free(ink_model *m)
 {
     if (!m) return;
     ink_pool_free(m->pool);
-    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
-    free(m->owned);
-    ink_tdir_close(&m->td);
+    ink_weights_free(&m->w);
     free(m);
 }
 
@@ -781,28 +788,28 @@ static int model_open(ink_model **out, const char *dir, const ink_model_opts *op
     if (rc) return rc;
     ink_model *m = calloc(1, sizeof *m);
     if (!m) return ink_err_set(err, INK_E_NOMEM, "out of memory");
-    m->header_only = header_only;
+    m->w.cfg = &m->cfg, m->w.header_only = header_only;
     int act = opts ? opts->activations : INK_ACT_AUTO;
     if (!ink_activations_name(act)) {
         free(m);
         return ink_err_set(err, INK_E_INVAL, "activations: expected auto, f32 or int8 (%d, %d or %d), found %d",
                            INK_ACT_AUTO, INK_ACT_F32, INK_ACT_INT8, act);
     }
-    m->act_int8 = act != INK_ACT_F32;
+    m->w.act_int8 = act != INK_ACT_F32;
     if ((rc = ink_config_load(&m->cfg, path, err))) goto fail;
-    if ((rc = ink_tdir_open(&m->td, dir, INK_TDIR_TARGET, err))) goto fail;
+    if ((rc = ink_tdir_open(&m->w.td, dir, INK_TDIR_TARGET, err))) goto fail;
     const ink_config *c = &m->cfg;
     fill_info_cfg(c, &m->info);
     {
         qblock qb;
         qblock_load(dir, &qb);
-        describe_tensors(&m->td, &qb, &m->info);
-        rc = quant_check(&m->td, &qb, err);
+        describe_tensors(&m->w.td, &qb, &m->info);
+        rc = quant_check(&m->w.td, &qb, err);
         qblock_free(&qb);
         if (rc) goto fail;
     }
-    m->info.n_files = m->td.n_files;
-    const naming *nm = detect_naming(&m->td);
+    m->info.n_files = m->w.td.n_files;
+    const naming *nm = detect_naming(&m->w.td);
     if (!nm) {
         int heads = count_mtp_blocks(dir);
         if (heads)
@@ -816,14 +823,14 @@ static int model_open(ink_model **out, const char *dir, const ink_model_opts *op
     }
     snprintf(m->info.names, sizeof m->info.names, "%s", nm->id);
     int H = c->hidden, V = c->vocab;
-    if ((rc = ink_bind_mat(m, &m->td, nm->embed, V, H, &m->embed, err))) goto fail;
-    if ((rc = ink_bind_mat(m, &m->td, nm->unembed, V, H, &m->unembed, err))) goto fail;
-    if ((rc = ink_bind_vec(m, &m->td, nm->norm, H, &m->norm, err))) goto fail;
+    if ((rc = ink_bind_mat(&m->w, nm->embed, V, H, &m->embed, err))) goto fail;
+    if ((rc = ink_bind_mat(&m->w, nm->unembed, V, H, &m->unembed, err))) goto fail;
+    if ((rc = ink_bind_vec(&m->w, nm->norm, H, &m->norm, err))) goto fail;
     const char *en = nm->embed_norm[0];
     for (int i = 0; i < 3 && nm->embed_norm[i]; i++)
-        if (ink_tdir_find(&m->td, nm->embed_norm[i])) en = nm->embed_norm[i];
-    if ((rc = ink_bind_vec(m, &m->td, en, H, &m->embed_norm, err))) goto fail;
-    m->layers = ink_model_own(m, calloc((size_t)c->n_layer, sizeof *m->layers));
+        if (ink_tdir_find(&m->w.td, nm->embed_norm[i])) en = nm->embed_norm[i];
+    if ((rc = ink_bind_vec(&m->w, en, H, &m->embed_norm, err))) goto fail;
+    m->layers = ink_weights_own(&m->w, calloc((size_t)c->n_layer, sizeof *m->layers));
     if (!m->layers) {
         rc = ink_err_set(err, INK_E_NOMEM, "out of memory");
         goto fail;
@@ -831,14 +838,14 @@ static int model_open(ink_model **out, const char *dir, const ink_model_opts *op
     for (int i = 0; i < c->n_layer; i++) {
         char prefix[128];
         snprintf(prefix, sizeof prefix, nm->layer_fmt, i);
-        if ((rc = ink_bind_layer(m, &m->td, prefix, &c->layers[i], &m->layers[i], err))) goto fail;
+        if ((rc = ink_bind_layer(&m->w, prefix, &c->layers[i], &m->layers[i], err))) goto fail;
     }
     char extra[128];
     snprintf(extra, sizeof extra, nm->layer_fmt, c->n_layer);
-    for (int i = 0; i < m->td.n; i++)
-        if (starts(m->td.refs[i].name, extra)) {
+    for (int i = 0; i < m->w.td.n; i++)
+        if (starts(m->w.td.refs[i].name, extra)) {
             rc = ink_err_set(err, INK_E_FORMAT, "%s: tensor %s belongs to layer %d but config.json says num_hidden_layers = %d",
-                             dir, m->td.refs[i].name, c->n_layer, c->n_layer);
+                             dir, m->w.td.refs[i].name, c->n_layer, c->n_layer);
             goto fail;
         }
     m->info.mtp_depth_tensors = count_mtp_blocks(dir);
@@ -870,7 +877,7 @@ const ink_model_info *ink_model_get_info(const ink_model *m) { return &m->info; 
 int ink_model_n_vocab(const ink_model *m) { return m->cfg.vocab_unpadded; }
 int ink_model_n_embd(const ink_model *m) { return m->cfg.hidden; }
 int ink_model_n_threads(const ink_model *m) { return ink_pool_size(m->pool); }
-int ink_model_int8_activations(const ink_model *m) { return m->act_int8; }
+int ink_model_int8_activations(const ink_model *m) { return m->w.act_int8; }
 
 int ink_activations_parse(const char *s)
 {

@@ -17,6 +17,12 @@
 #include "load/tdir.h"
 #include "model/config.h"
 
+/* Rows per internal forward, for the target session and the MTP drafter alike: the prefill chunk,
+ * the verify width limit and the rollback slack of every KV ring (ink_layer_kv_cap), the row count
+ * every ink_scratch and capture buffer is sized for. The generator (src/gen) advances its prefill
+ * and drafter pipeline in steps of the same size, so each step is one forward. */
+#define INK_CHUNK 64
+
 typedef struct ink_attn_w {
     ink_mat wq, wk, wv, wr, wo;  /* [n_h*d,H] [n_kv*d,H] [n_kv*d,H] [n_h*d_rel,H] [H,n_h*d] */
     float *q_norm, *k_norm;      /* [d] */
@@ -43,18 +49,27 @@ typedef struct ink_layer_w {
     int inter;                     /* I of this layer's SwiGLU (I_d dense, I MoE) */
 } ink_layer_w;
 
+/* One tensor directory's weights as they are bound to fields (load.c's ink_bind_*), for the model and
+ * the MTP drafter alike: the config, the tensor table, the options of the views binding makes, and
+ * the f32 copies and arrays it owns. Ownership: ink_weights_free frees what it owns and closes the
+ * table; the views point into the table's mappings, so they live as long as it. */
+typedef struct ink_weights {
+    const ink_config *cfg;         /* the config shapes are checked against (the owner's, borrowed) */
+    ink_tdir td;
+    int act_int8;                  /* quantized views use int8 activations (ink_model_opts.activations) */
+    int header_only;               /* opened with ink_model_opts.header_only: no tensor data */
+    void **owned;                  /* f32 copies and arrays to free */
+    int n_owned, cap_owned;
+} ink_weights;
+
 struct ink_model {
     ink_config cfg;
     ink_model_info info;
-    ink_tdir td;
+    ink_weights w;                 /* tensor table, view options, owned copies */
     ink_pool *pool;
-    int act_int8;                  /* quantized views use int8 activations (ink_model_opts.activations) */
     ink_mat embed, unembed;        /* [V,H] */
     float *embed_norm, *norm;      /* [H] */
     ink_layer_w *layers;           /* [n_layer] */
-    void **owned;                  /* f32 copies and arrays to free */
-    int n_owned, cap_owned;
-    int header_only;               /* opened with ink_model_opts.header_only: no tensor data */
 };
 
 /* Per-layer state of one timeline: KV ring and the four conv states (slots 0 k, 1 v, 2 attn, 3 mlp). */
@@ -79,14 +94,22 @@ typedef struct ink_scratch {
     float *mem;
 } ink_scratch;
 
-/* Sizes the scratch for the model's layers (and its MTP blocks, same widths), `chunk` rows. */
-int ink_scratch_init(ink_scratch *s, const ink_model *m, int chunk, int n_ctx, ink_err *err);
+/* What a decoder layer reads besides its own weights: the config of the checkpoint it belongs to
+ * (widths, eps, conv kernel, log scaling) and the pool its matmuls run on. The model passes its own
+ * config and pool; the MTP drafter its config and the target's pool (borrowed). */
+typedef struct ink_layer_env {
+    const ink_config *cfg;
+    ink_pool *pool;
+} ink_layer_env;
+
+/* Sizes the scratch for env's layers (the model's, or its MTP blocks: same widths), `chunk` rows. */
+int ink_scratch_init(ink_scratch *s, const ink_layer_env *env, int chunk, int n_ctx, ink_err *err);
 void ink_scratch_free(ink_scratch *s);
 
 /* KV capacity of a layer for a context of n_ctx with verify/prefill chunks of `chunk` rows:
  * global n_ctx; sliding min(n_ctx, W - 1 + chunk) (the window plus slack for rollback). */
 int ink_layer_kv_cap(const ink_layer_cfg *l, int n_ctx, int chunk);
-int ink_layer_cache_init(ink_layer_cache *c, const ink_model *m, const ink_layer_cfg *l, int cap, ink_err *err);
+int ink_layer_cache_init(ink_layer_cache *c, const ink_config *cfg, const ink_layer_cfg *l, int cap, ink_err *err);
 void ink_layer_cache_free(ink_layer_cache *c);
 void ink_layer_cache_clear(ink_layer_cache *c);
 /* Conv states only (KV rows are never copied: see the slack rule above). */
@@ -100,8 +123,18 @@ size_t ink_layer_cache_bytes(const ink_layer_cache *c);
 /* One decoder layer over x[T][H] in place, rows at absolute positions pos0 .. pos0+T-1, appending to
  * cache `c` (which must hold positions pos0-W+1 .. pos0-1 for sliding layers, 0 .. pos0-1 global).
  * T <= s->chunk. */
-void ink_layer_forward(const ink_model *m, const ink_layer_w *w, ink_layer_cache *c, int pos0, float *x, int T,
+void ink_layer_forward(const ink_layer_env *env, const ink_layer_w *w, ink_layer_cache *c, int pos0, float *x, int T,
                        ink_scratch *s);
+/* The same over the rows of several timelines at once (batched decode, issue 18): segment i is rows
+ * t0 .. t0+T-1 of x, at positions pos0.., appending to cache c. Projections and MLPs run over all
+ * rows in one pass over the weights; conv states and attention per segment. Every row's result is
+ * bitwise what ink_layer_forward of its segment alone gives (kernels compute rows independently). */
+typedef struct ink_seg {
+    ink_layer_cache *c;
+    int pos0, t0, T;
+} ink_seg;
+void ink_layer_forward_segs(const ink_layer_env *env, const ink_layer_w *w, const ink_seg *sg, int n_seg, float *x, int T,
+                            ink_scratch *s);
 
 /* Router of one token (inkling-text.md §3.7): the k chosen experts (higher sigmoid+bias first, lower id
  * on ties) and the k+S mixture weights (routed then shared), scaled by route_scale * gscale. */
@@ -131,12 +164,13 @@ void ink_embed(const ink_model *m, const int32_t *ids, int T, float *out);
 void ink_lm_head(const ink_model *m, const float *x, int T, float *logits, float *tmp);
 
 /* Binds the tensors of one decoder layer with name prefix `prefix` ("model.llm.layers.3." or an
- * MTP block's "model.mtp.layers.0.transformer_block."), strict shapes against `l`. */
-int ink_bind_layer(ink_model *m, ink_tdir *td, const char *prefix, const ink_layer_cfg *l, ink_layer_w *w,
-                   ink_err *err);
-/* An f32 copy of a small tensor, owned by the model; checks the element count. */
-int ink_bind_vec(ink_model *m, ink_tdir *td, const char *name, int64_t n, float **out, ink_err *err);
-int ink_bind_mat(ink_model *m, ink_tdir *td, const char *name, int rows, int cols, ink_mat *out, ink_err *err);
-void *ink_model_own(ink_model *m, void *p); /* registers p to be freed with the model; NULL on OOM */
+ * MTP block's "model.mtp.layers.0.transformer_block."), strict shapes against `l`, from wt's table. */
+int ink_bind_layer(ink_weights *wt, const char *prefix, const ink_layer_cfg *l, ink_layer_w *w, ink_err *err);
+/* A vector of n elements (F32/BF16/F16) widened to an f32 copy owned by wt; a [rows, cols] matrix view
+ * (float or quantized) into the mapping. */
+int ink_bind_vec(ink_weights *wt, const char *name, int64_t n, float **out, ink_err *err);
+int ink_bind_mat(ink_weights *wt, const char *name, int rows, int cols, ink_mat *out, ink_err *err);
+void *ink_weights_own(ink_weights *wt, void *p); /* registers p to be freed with wt; NULL (p freed) on OOM */
+void ink_weights_free(ink_weights *wt);         /* the owned arrays and the tensor table; wt zeroed */
 
 #endif

@@ -7,8 +7,6 @@
 
 #include "model/model.h"
 
-#define INK_CHUNK 64 /* rows per internal forward: prefill chunk, verify width limit, rollback slack */
-
 struct ink_session {
     ink_model *m;
     int n_ctx, pos;
@@ -20,6 +18,12 @@ struct ink_session {
     int capture;          /* conv inputs are captured (ink_session_set_capture) */
     int32_t *toks;        /* [n_ctx] the tokens consumed, by position */
     ink_gen *gen;         /* the generator ink_generate runs (created on first use, owned) */
+    /* prompt cache: n_ckpt checkpoints (ink_session_set_checkpoints), each the state at ckpt_pos[i]
+     * (-1: empty): conv states and the sliding layers' last W - 1 KV rows, [ckpt_floats] each */
+    int n_ckpt, ckpt_next;
+    int *ckpt_pos;
+    float *ckpt;
+    size_t ckpt_floats;
 };
 
 struct ink_snapshot {
@@ -28,5 +32,8 @@ struct ink_snapshot {
     float *conv;          /* every layer's four conv states, concatenated */
     size_t n;
 };
+
+/* cache.c: checkpoints beyond `pos` are dropped (the session went back to pos). */
+void ink_session_drop_checkpoints_after(ink_session *s, int pos);
 
 #endif

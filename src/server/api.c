@@ -538,7 +538,7 @@ char *srv_metrics_text(ink_server *S)
     char line[512];
     pthread_mutex_lock(&S->mu);
     srv_metrics m = S->met;
-    int processing = S->running != NULL, queued = S->q_len;
+    int processing = S->n_active, queued = S->q_len;
     pthread_mutex_unlock(&S->mu);
 #define CNT(name, help, fmt, val)                                                                              \
     do {                                                                                                        \
@@ -553,6 +553,8 @@ char *srv_metrics_text(ink_server *S)
     CNT("prompt_tokens_total", "Prompt tokens processed (not counting reused ones).", "%llu", m.prompt_tokens);
     CNT("prompt_tokens_reused_total", "Prompt tokens served from the session state (prefix reuse).", "%llu", m.reused_tokens);
     CNT("prompt_seconds_total", "Prompt processing time.", "%.6f", m.prompt_s);
+    CNT("prompt_cache_hits_total", "Requests that resumed from the session state (prefix reuse or a checkpoint).", "%llu",
+        m.cache_hits);
     CNT("tokens_predicted_total", "Generated tokens.", "%llu", m.predicted_tokens);
     CNT("tokens_predicted_seconds_total", "Generation time.", "%.6f", m.predicted_s);
     CNT("requests_total", "Generation requests run.", "%llu", m.requests);

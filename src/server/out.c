@@ -1,36 +1,10 @@
-/* out.c — byte buffer, stop strings, and the mapping of generated ids to OpenAI output parts
+/* out.c — stop strings and the mapping of generated ids to OpenAI output parts
  * (content, reasoning_content, tool_calls), shared by the streamed and the whole responses. */
 #include "server/srv.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- buffer ------------------------------------------------------------------------------ */
-
-void srv_buf_add(srv_buf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p, b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-void srv_buf_free(srv_buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
 
 /* ---- stop strings ------------------------------------------------------------------------- */
 

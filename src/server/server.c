@@ -146,7 +146,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             memcpy(buf, j->body.p + j->rpos, n);
             j->rpos += n;
             if (j->rpos == j->body.n) j->rpos = j->body.n = 0;
-            j->last_send = srv_now();
+            j->last_send = ink_now_s();
             pthread_mutex_unlock(&S->mu);
             return (ssize_t)n;
         }
@@ -161,9 +161,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             pthread_mutex_unlock(&S->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        if (srv_now() - j->last_send >= S->o.ping_s && max >= 9) {
+        if (ink_now_s() - j->last_send >= S->o.ping_s && max >= 9) {
             memcpy(buf, ": ping\n\n", 8);
-            j->last_send = srv_now();
+            j->last_send = ink_now_s();
             pthread_mutex_unlock(&S->mu);
             return 8;
         }
@@ -192,14 +192,16 @@ static enum MHD_Result generate(ink_server *S, struct MHD_Connection *con, req *
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
     j->created = (long long)time(NULL);
-    j->t_start = srv_now();
+    j->t_start = ink_now_s();
     snprintf(j->path, sizeof j->path, "%s", url);
     if (!(j->model_id = strdup(S->model_id))) {
         srv_job_free(j);
         return send_error(con, 500, "server_error", NULL, "out of memory");
     }
     pthread_mutex_lock(&S->mu);
-    if (S->stopping || S->q_len >= S->o.queue_max + (S->running ? 0 : 1)) {
+    /* the queue holds queue_max jobs beyond those free slots will take right away */
+    int free_slots = (S->n_slots ? S->n_slots : 1) - S->n_active;
+    if (S->stopping || S->q_len >= S->o.queue_max + (free_slots > 0 ? free_slots : 0)) {
         int stopping = S->stopping;
         if (!stopping) S->met.rejected++;
         pthread_mutex_unlock(&S->mu);
@@ -212,7 +214,7 @@ static enum MHD_Result generate(ink_server *S, struct MHD_Connection *con, req *
     snprintf(j->id, sizeof j->id, "%s%llx%04x", j->kind == SRV_CHAT ? "chatcmpl-" : "cmpl-", ++S->next_id,
              (unsigned)(((uintptr_t)j >> 4) & 0xffff));
     j->refs = 2; /* the queue / worker and this connection */
-    j->last_send = srv_now();
+    j->last_send = ink_now_s();
     if (S->q_tail) S->q_tail->next = j;
     else S->q_head = j;
     S->q_tail = j;
@@ -379,8 +381,14 @@ static char *dup_or_null(const char *s)
 
 static void free_server(ink_server *S)
 {
-    ink_session_free(S->sess);
-    ink_drafter_free(S->drafter);
+    for (int i = 0; S->slots && i < S->n_slots; i++) {
+        ink_gen_free(S->slots[i].gen);
+        ink_session_free(S->slots[i].sess);
+        ink_drafter_free(S->slots[i].d);
+    }
+    if (!S->slots) ink_drafter_free(S->drafter); /* loading failed before the slots (else slot 0 owns it) */
+    free(S->slots);
+    ink_batch_free(S->batch);
     ink_model_free(S->model);
     ink_tokenizer_free(S->tok);
     free(S->host), free(S->api_key), free(S->model_dir), free(S->model_id), free(S->draft_dir), free(S->effort);
@@ -487,7 +495,8 @@ void ink_server_stop(ink_server *S)
     if (!S) return;
     pthread_mutex_lock(&S->mu);
     S->stopping = 1;
-    if (S->running) S->running->cancel = 1;
+    for (int i = 0; S->slots && i < S->n_slots; i++)
+        if (S->slots[i].j) S->slots[i].j->cancel = 1;
     pthread_cond_broadcast(&S->wcv);
     pthread_mutex_unlock(&S->mu);
     if (S->worker_started) pthread_join(S->worker, NULL); /* finishes loading first if it was */

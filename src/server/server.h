@@ -33,6 +33,8 @@ typedef struct ink_server_opts {
     int spec_default;       /* with a drafter: 1 = requests draft unless they say otherwise */
     int block_size;         /* default verify width K (<= 0: auto, chosen per round) */
     int block_max;          /* auto: the widest K (<= 0: the generator's default) */
+    int parallel;           /* slots: requests generated at once, batched per step (<= 0: 4) */
+    int cache_checkpoints;  /* prompt-cache checkpoints (0: none; < 0: as many as fit 256 MiB, 1..8) */
     int draft_opts_set;     /* drafting options were given: draft 2 without a head is then an error */
     int mtp_mode;           /* enum ink_mtp_mode */
     int draft_vocab;        /* > 0: the drafter proposes only the first N ids of draft_vocab.json */

@@ -6,23 +6,21 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
+#include "base/clock.h"
 #include "server/server.h"
 #include "tok/chat.h"
 #include "tok/tokenizer.h"
 
-/* ---- growable byte buffer --------------------------------------------------------------- */
+/* ---- growable byte buffer: the shared one (base/buf.h) under the server's names ------------ */
 
-typedef struct srv_buf {
-    char *p;
-    size_t n, cap;
-    int oom; /* an append failed: the content is incomplete */
-} srv_buf;
-
-void srv_buf_add(srv_buf *b, const char *s, size_t n);
-void srv_buf_free(srv_buf *b);
+typedef ink_buf srv_buf;
+static inline void srv_buf_add(srv_buf *b, const char *s, size_t n) { ink_buf_add(b, s, n); }
+static inline void srv_buf_free(srv_buf *b) { ink_buf_free(b); }
 
 /* ---- stop strings ------------------------------------------------------------------------ */
 
@@ -107,7 +105,7 @@ typedef struct srv_job {
 
     /* shared with the connection thread, under ink_server.mu */
     int refs;
-    volatile int cancel;      /* the client went away */
+    atomic_int cancel;        /* the client went away (HTTP threads set it, the worker reads it) */
     int done;                 /* the body is complete */
     int status;               /* HTTP status of a non-streamed response */
     srv_buf body;             /* response body (non-stream) or SSE text not yet sent (stream) */
@@ -118,9 +116,24 @@ typedef struct srv_job {
     struct srv_job *next;
 } srv_job;
 
+/* One slot (worker.c): a session with the prompt cache, its generator and drafter, and the job it
+ * runs (NULL: free). */
+typedef struct srv_slot {
+    ink_session *sess;
+    ink_gen *gen;
+    ink_drafter *d;           /* NULL without a drafter (slot 0's is the server's S->drafter) */
+    struct srv_job *j;
+    struct gctx *c;           /* the job's response state */
+    int32_t *out;
+    ink_gen_opts o;
+    ink_gen_stats st;
+    ink_err e;
+    int rc, started, setup_failed;
+} srv_slot;
+
 typedef struct srv_metrics {
     unsigned long long requests, ok, errors, cancelled, rejected;
-    unsigned long long prompt_tokens, reused_tokens, predicted_tokens;
+    unsigned long long prompt_tokens, reused_tokens, predicted_tokens, cache_hits;
     double prompt_s, predicted_s;
     unsigned long long spec_rounds, draft_tokens, accepted_tokens;
     unsigned long long k_hist[INK_MAX_BLOCK + 1]; /* rounds by verify width (1: plain steps) */
@@ -144,14 +157,17 @@ struct ink_server {
     int stopping;
     srv_job *q_head, *q_tail;
     int q_len;
-    srv_job *running;
+    struct srv_slot *slots;   /* [n_slots] (worker-owned; a slot's job is read under mu) */
+    int n_slots, n_active;    /* slots, and slots running a job */
+    struct ink_batch *batch;  /* the slots' verify rows of one step, in one forward */
+    int batch_rows;
     srv_metrics met;
     long long next_id;
 
     /* set by the worker before state becomes READY, read-only afterwards */
     ink_model *model;
-    ink_session *sess;
-    ink_drafter *drafter;
+    ink_session *sess;        /* slot 0's session (its context size stands for all) */
+    ink_drafter *drafter;     /* slot 0's drafter (NULL: no drafting); each slot has its own */
     ink_tokenizer *tok;       /* NULL: no tokenizer.json */
     int chat_ok;              /* the tokenizer has the Inkling control tokens */
     ink_chat_ids chat_ids;    /* their ids (valid when chat_ok) */
@@ -160,7 +176,6 @@ struct ink_server {
     long long load_time;
 };
 
-double srv_now(void);
 void srv_job_release(ink_server *S, srv_job *j); /* under S->mu */
 void *srv_worker_main(void *arg);
 

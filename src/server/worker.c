@@ -1,5 +1,8 @@
-/* worker.c — the inference worker: loads the model, then runs queued jobs one at a time on one
- * session (prefix reuse on), formatting each response into its job as tokens arrive. */
+/* worker.c — the inference worker: loads the model, then runs queued jobs in `parallel` slots (each
+ * its own session with the prompt cache, generator and drafter), stepping every running slot once
+ * per engine step with all their verify rows in one batched forward (continuous batching: a slot
+ * that finishes frees at once and the next queued job takes it), formatting each response into its
+ * job as tokens arrive. A new job's prefill runs when it takes its slot, between steps. */
 #include "server/srv.h"
 
 #include <math.h>
@@ -8,13 +11,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-double srv_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 void srv_job_release(ink_server *S, srv_job *j)
 {
@@ -27,7 +23,7 @@ void srv_job_release(ink_server *S, srv_job *j)
 /* --debug-hold: while the file exists, wait (before loading, and after each emitted token) unless
  * `cancel` or shutdown says otherwise. Tests use it to stop the worker at a known point, whatever
  * the machine's speed. */
-static void debug_hold(ink_server *S, const volatile int *cancel)
+static void debug_hold(ink_server *S, const atomic_int *cancel)
 {
     for (;;) {
         pthread_mutex_lock(&S->mu);
@@ -43,7 +39,7 @@ static void load(ink_server *S)
 {
     ink_err e = {0};
     if (S->o.debug_hold) debug_hold(S, NULL);
-    double t0 = srv_now();
+    double t0 = ink_now_s();
     ink_model_opts mo = {.n_threads = S->o.n_threads, .activations = S->o.activations};
     char path[4200];
     if (S->o.log) fprintf(S->o.log, "serve: loading %s\n", S->model_dir);
@@ -57,7 +53,29 @@ static void load(ink_server *S)
     if (S->drafter && S->o.draft_vocab > 0 &&
         ink_drafter_load_vocab(S->drafter, S->draft_dir ? S->draft_dir : S->model_dir, S->o.draft_vocab, &e))
         goto fail;
-    if (ink_session_create(&S->sess, S->model, S->o.n_ctx, &e)) goto fail;
+    S->n_slots = S->o.parallel > 0 ? S->o.parallel : 4;
+    if (!(S->slots = calloc((size_t)S->n_slots, sizeof *S->slots))) {
+        ink_err_set(&e, INK_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < S->n_slots; i++) {
+        srv_slot *sl = &S->slots[i];
+        if (i == 0) sl->d = S->drafter;
+        else if (S->drafter) {
+            const char *dd = S->draft_dir ? S->draft_dir : S->model_dir;
+            if (ink_drafter_open(&sl->d, S->model, dd, &e)) goto fail;
+            if (S->o.draft_vocab > 0 && ink_drafter_load_vocab(sl->d, dd, S->o.draft_vocab, &e)) goto fail;
+        }
+        if (ink_session_create(&sl->sess, S->model, S->o.n_ctx, &e)) goto fail;
+        if (ink_session_set_checkpoints(sl->sess, S->o.cache_checkpoints, &e)) goto fail;
+        if (ink_gen_create(&sl->gen, sl->sess, &e)) goto fail;
+    }
+    S->sess = S->slots[0].sess;
+    {
+        int depth = S->drafter ? ink_drafter_n_depth(S->drafter) : 0, per = depth + 2 > 8 ? depth + 2 : 8;
+        S->batch_rows = S->n_slots * per < INK_MAX_BLOCK ? INK_MAX_BLOCK : S->n_slots * per;
+        if (ink_batch_create(&S->batch, S->model, S->batch_rows, ink_session_n_ctx(S->sess), &e)) goto fail;
+    }
     snprintf(path, sizeof path, "%s/tokenizer.json", S->model_dir);
     if (access(path, F_OK) == 0) {
         if (ink_tokenizer_open(&S->tok, S->model_dir, &e)) goto fail;
@@ -73,8 +91,8 @@ static void load(ink_server *S)
     if (S->tok && ink_tokenizer_n_vocab(S->tok) > S->n_vocab && S->o.log)
         fprintf(S->o.log, "serve: warning: the tokenizer has %d ids, the model %d\n", ink_tokenizer_n_vocab(S->tok), S->n_vocab);
     if (S->o.log) {
-        fprintf(S->o.log, "serve: model ready in %.2f s: context %d, vocab %d, %s, chat %s\n", srv_now() - t0, S->n_ctx,
-                S->n_vocab, S->drafter ? "mtp drafter" : "no drafter", S->chat_ok ? "on" : "off");
+        fprintf(S->o.log, "serve: model ready in %.2f s: context %d, vocab %d, %s, chat %s, %d slots\n", ink_now_s() - t0,
+                S->n_ctx, S->n_vocab, S->drafter ? "mtp drafter" : "no drafter", S->chat_ok ? "on" : "off", S->n_slots);
         fflush(S->o.log);
     }
     pthread_mutex_lock(&S->mu);
@@ -184,7 +202,6 @@ static void on_token(void *ud, int32_t tok)
         if (c->out.stop.hit) c->cancel = 1; /* stop string; stop ids end the generation themselves */
     }
     if (c->ids_stream) ids_chunk(c, &tok, 1);
-    if (c->S->o.debug_hold) debug_hold(c->S, &c->j->cancel);
 }
 
 static json_t *ids_json(const int32_t *ids, int n)
@@ -247,66 +264,117 @@ static void finish_error(gctx *c, int status, const char *msg)
     free(e);
 }
 
-static void run_job(ink_server *S, srv_job *j)
+#define PREFILL_ROWS 256 /* prompt rows per engine step (one slot's prefill at a time) */
+
+/* A job takes a slot: response set-up, options, and the prefill with its first token. On failure
+ * the slot is finished at once (sl->rc). */
+static void job_begin(ink_server *S, srv_slot *sl, srv_job *j)
 {
-    gctx c = {0};
-    c.S = S, c.j = j;
-    c.cap = j->max_tokens > 0 ? j->max_tokens : 1;
-    int32_t *out = malloc((size_t)c.cap * sizeof *out);
-    c.ids = malloc((size_t)c.cap * sizeof *c.ids);
-    ink_err e = {0};
-    ink_gen_stats st;
-    memset(&st, 0, sizeof st);
-    int rc, n_out = 0;
-    char pre[64];
-    snprintf(pre, sizeof pre, "call_%s", j->id + (j->kind == SRV_CHAT ? 9 : 5));
-    if (!out || !c.ids) rc = ink_err_set(&e, INK_E_NOMEM, "out of memory");
-    else rc = srv_out_init(&c.out, j->kind == SRV_CHAT, S->tok, j->stops, j->n_stops, pre, on_delta, &c, &e);
-    if (rc) {
-        free(out), free(c.ids);
-        finish_error(&c, 500, e.msg);
+    gctx *c = sl->c = calloc(1, sizeof *c);
+    sl->rc = INK_OK, sl->started = 0, sl->e = (ink_err){0};
+    memset(&sl->st, 0, sizeof sl->st);
+    if (!c) {
+        sl->rc = INK_E_NOMEM;
         return;
     }
-    c.ids_stream = j->stream && j->return_ids && j->kind == SRV_COMPLETION;
+    c->S = S, c->j = j;
+    c->cap = j->max_tokens > 0 ? j->max_tokens : 1;
+    sl->out = malloc((size_t)c->cap * sizeof *sl->out);
+    c->ids = malloc((size_t)c->cap * sizeof *c->ids);
+    char pre[64];
+    snprintf(pre, sizeof pre, "call_%s", j->id + (j->kind == SRV_CHAT ? 9 : 5));
+    int rc;
+    if (!sl->out || !c->ids) rc = ink_err_set(&sl->e, INK_E_NOMEM, "out of memory");
+    else rc = srv_out_init(&c->out, j->kind == SRV_CHAT, S->tok, j->stops, j->n_stops, pre, on_delta, c, &sl->e);
+    if (rc) {
+        sl->rc = rc, sl->setup_failed = 1;
+        return;
+    }
+    sl->setup_failed = 0;
+    c->ids_stream = j->stream && j->return_ids && j->kind == SRV_COMPLETION;
     if (j->stream && j->kind == SRV_CHAT)
-        sse(&c, chunk(&c, json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", 0, "delta", "role", "assistant", "content", "",
-                                    "logprobs", "finish_reason")));
-    ink_gen_opts o = {0};
-    o.max_tokens = j->max_tokens;
-    o.stop_eos = j->stop_eos;
-    o.eos = j->kind == SRV_CHAT && S->chat_ok ? S->chat_ids.end_sampling : -1;
-    if (j->kind == SRV_CHAT && S->chat_ok) o.n_stop_ids = (int)ink_chat_stop_ids(&S->chat_ids, &o.stop_ids);
-    if (S->tok) o.vocab_limit = ink_tokenizer_n_vocab(S->tok);
-    o.sampling = j->sampling;
-    o.drafter = j->use_draft ? S->drafter : NULL;
-    o.block_size = j->block_size;
-    o.block_max = S->o.block_max;
-    o.mtp_mode = j->mtp_mode;
-    o.capture_commit = !S->o.rollback_replay;
-    o.reuse_prefix = 1;
-    o.on_token = on_token;
-    o.ud = &c;
-    o.cancel = &c.cancel;
-    rc = ink_generate(S->sess, j->prompt, j->n_prompt, &o, out, c.cap, &n_out, &st, &e);
-    if (rc == INK_E_CANCELLED && c.stopped) rc = INK_OK;
-    if (j->cancel) c.gone = 1;
-    srv_out_finish(&c.out);
-    if (c.ids_stream && c.pend.n && !c.gone) ids_chunk(&c, NULL, 0);
-    int eos = o.eos >= 0 ? o.eos : S->eos;
-    const char *finish = "length";
-    if (c.stopped || (j->stop_eos && c.n > 0 && c.ids[c.n - 1] == eos))
-        finish = json_array_size(c.out.tool_calls) ? "tool_calls" : "stop";
-    int K = o.drafter ? (o.block_size > 0 ? o.block_size : 0) : 1; /* 0: auto */
+        sse(c, chunk(c, json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", 0, "delta", "role", "assistant", "content", "",
+                                  "logprobs", "finish_reason")));
+    ink_gen_opts *o = &sl->o;
+    *o = (ink_gen_opts){0};
+    o->max_tokens = j->max_tokens;
+    o->stop_eos = j->stop_eos;
+    o->eos = j->kind == SRV_CHAT && S->chat_ok ? S->chat_ids.end_sampling : -1;
+    if (j->kind == SRV_CHAT && S->chat_ok) o->n_stop_ids = (int)ink_chat_stop_ids(&S->chat_ids, &o->stop_ids);
+    if (S->tok) o->vocab_limit = ink_tokenizer_n_vocab(S->tok);
+    o->sampling = j->sampling;
+    o->drafter = j->use_draft ? sl->d : NULL;
+    o->block_size = j->block_size;
+    o->block_max = S->o.block_max;
+    o->mtp_mode = j->mtp_mode;
+    o->capture_commit = !S->o.rollback_replay;
+    o->reuse_prefix = 1;
+    o->on_token = on_token;
+    o->ud = c;
+    o->cancel = &c->cancel;
+    sl->rc = ink_gen_begin(sl->gen, j->prompt, j->n_prompt, o, sl->out, c->cap, &sl->st, &sl->e);
+    sl->started = sl->rc == INK_OK; /* the prefill runs in engine steps (step_slots) */
+}
 
+/* One engine step: every running slot's next round, their verify rows in batched forwards of at
+ * most batch_rows rows (a row's result does not depend on the batch: tests/test_batch.c). */
+static void step_slots(ink_server *S)
+{
+    srv_slot *run[64];
+    ink_gen_verify v[64];
+    int n = 0, budget = PREFILL_ROWS;
+    /* prefills first, at most PREFILL_ROWS prompt rows per step in all, so that a long prompt does
+     * not stall the slots that are decoding */
+    for (int i = 0; i < S->n_slots; i++) /* a client gone or a shutdown: the next step ends the run */
+        if (S->slots[i].j && S->slots[i].c && S->slots[i].j->cancel) S->slots[i].c->cancel = 1;
+    for (int i = 0; i < S->n_slots && budget > 0; i++) {
+        srv_slot *sl = &S->slots[i];
+        if (!sl->j || !sl->started || !ink_gen_prefilling(sl->gen)) continue;
+        ink_gen_prefill(sl->gen, budget, &sl->e); /* a failure ends the run: slot_finished sees it */
+        budget = 0;
+    }
+    for (int i = 0; i < S->n_slots; i++) {
+        srv_slot *sl = &S->slots[i];
+        if (!sl->j || !sl->started || ink_gen_prefilling(sl->gen) || ink_gen_done(sl->gen)) continue;
+        int rc = ink_gen_step_begin(sl->gen, &v[n], &sl->e);
+        if (rc == 1) run[n++] = sl;
+        if (n == 64) break;
+    }
+    for (int g0 = 0; g0 < n;) {
+        ink_session *ss[64];
+        const int32_t *tp[64];
+        int T[64], rows = 0, k = 0;
+        ink_eval_out outs[64];
+        while (g0 + k < n && rows + v[g0 + k].n_tokens <= S->batch_rows) {
+            ss[k] = v[g0 + k].session, tp[k] = v[g0 + k].tokens, T[k] = v[g0 + k].n_tokens, outs[k] = v[g0 + k].out;
+            rows += T[k++];
+        }
+        ink_err e = {0};
+        int rc = ink_batch_eval(S->batch, ss, tp, T, outs, k, &e);
+        for (int i = 0; i < k; i++) {
+            srv_slot *sl = run[g0 + i];
+            if (rc && !sl->e.code) sl->e = e;
+            ink_gen_step_end(sl->gen, rc, &sl->e);
+        }
+        g0 += k;
+    }
+}
+
+/* A finished slot's job: final statistics, metrics, the log line and the response. */
+/* A finished request into the server's counters. */
+static void count_request(ink_server *S, const gctx *c, int rc, const ink_gen_stats *st_)
+{
+    const ink_gen_stats st = *st_;
     pthread_mutex_lock(&S->mu);
     S->met.requests++;
-    if (c.gone) S->met.cancelled++;
+    if (c->gone) S->met.cancelled++;
     else if (rc) S->met.errors++;
     else S->met.ok++;
     S->met.prompt_tokens += (unsigned long long)(st.prompt_tokens - st.reused_tokens);
     S->met.reused_tokens += (unsigned long long)st.reused_tokens;
+    S->met.cache_hits += st.reused_tokens > 0;
     S->met.prompt_s += st.prefill_s;
-    S->met.predicted_tokens += (unsigned long long)c.n;
+    S->met.predicted_tokens += (unsigned long long)c->n;
     S->met.predicted_s += st.decode_s;
     S->met.spec_rounds += (unsigned long long)st.rounds;
     for (int k = 1; k <= INK_MAX_BLOCK; k++) S->met.k_hist[k] += (unsigned long long)st.k_hist[k];
@@ -317,61 +385,102 @@ static void run_job(ink_server *S, srv_job *j)
         S->met.pos_proposed[p] += (unsigned long long)st.pos_proposed[p], S->met.pos_accepted[p] += (unsigned long long)st.pos_accepted[p];
     if (st.n_pos > S->met.n_pos) S->met.n_pos = st.n_pos;
     pthread_mutex_unlock(&S->mu);
+}
+
+static void job_end(ink_server *S, srv_slot *sl)
+{
+    srv_job *j = sl->j;
+    gctx *cp = sl->c;
+    if (!cp) {
+        char *err = srv_error_json(500, "server_error", NULL, NULL, "out of memory");
+        pthread_mutex_lock(&S->mu);
+        j->status = 500;
+        if (err) srv_buf_add(&j->body, err, strlen(err));
+        pthread_mutex_unlock(&S->mu);
+        free(err);
+        return;
+    }
+    gctx *c = cp;
+    ink_err e = sl->e;
+    ink_gen_stats st = sl->st;
+    ink_gen_opts o = sl->o;
+    int rc = sl->rc;
+    if (sl->setup_failed) {
+        free(sl->out), free(c->ids);
+        finish_error(cp, 500, e.msg);
+        free(cp), sl->c = NULL, sl->out = NULL;
+        return;
+    }
+    if (sl->started) {
+        rc = ink_gen_finish(sl->gen);
+        st = sl->st;
+    }
+    if (rc == INK_E_CANCELLED && c->stopped) rc = INK_OK;
+    if (j->cancel) c->gone = 1;
+    srv_out_finish(&c->out);
+    if (c->ids_stream && c->pend.n && !c->gone) ids_chunk(cp, NULL, 0);
+    int eos = o.eos >= 0 ? o.eos : S->eos;
+    const char *finish = "length";
+    if (c->stopped || (j->stop_eos && c->n > 0 && c->ids[c->n - 1] == eos))
+        finish = json_array_size(c->out.tool_calls) ? "tool_calls" : "stop";
+    int K = o.drafter ? (o.block_size > 0 ? o.block_size : 0) : 1; /* 0: auto */
+
+    count_request(S, c, rc, &st);
 
     if (S->o.log) {
         fprintf(S->o.log, "serve: %s %s: %s, prompt %d (reused %d) %.1f ms, generated %d %.1f ms (%.1f tok/s)", j->path,
-                j->id, c.gone ? "cancelled" : rc ? "failed" : finish, st.prompt_tokens, st.reused_tokens, st.prefill_s * 1e3,
-                c.n, st.decode_s * 1e3, st.decode_s > 0 ? c.n / st.decode_s : 0.0);
+                j->id, c->gone ? "cancelled" : rc ? "failed" : finish, st.prompt_tokens, st.reused_tokens, st.prefill_s * 1e3,
+                c->n, st.decode_s * 1e3, st.decode_s > 0 ? c->n / st.decode_s : 0.0);
         if (o.drafter) fprintf(S->o.log, ", mtp K=%d %d/%d drafts accepted", K, st.accepted, st.drafted);
-        if (rc && !c.gone) fprintf(S->o.log, ": %s", e.msg);
+        if (rc && !c->gone) fprintf(S->o.log, ": %s", e.msg);
         fprintf(S->o.log, "\n");
         fflush(S->o.log);
     }
 
-    if (c.gone) {
+    if (c->gone) {
         /* nobody reads the body */
     } else if (rc) {
-        finish_error(&c, rc == INK_E_CTX_FULL || rc == INK_E_INVAL ? 400 : 500, e.msg);
+        finish_error(cp, rc == INK_E_CTX_FULL || rc == INK_E_INVAL ? 400 : 500, e.msg);
     } else if (j->stream) {
         json_t *choice = j->kind == SRV_CHAT
                              ? json_pack("{s:i, s:{}, s:n, s:s}", "index", 0, "delta", "logprobs", "finish_reason", finish)
                              : json_pack("{s:i, s:s, s:n, s:s}", "index", 0, "text", "", "logprobs", "finish_reason", finish);
-        json_t *last = chunk(&c, choice);
-        json_object_set_new(last, "timings", timings(j, &st, c.n, o.drafter != NULL, K));
-        sse(&c, last);
+        json_t *last = chunk(cp, choice);
+        json_object_set_new(last, "timings", timings(j, &st, c->n, o.drafter != NULL, K));
+        sse(cp, last);
         if (j->include_usage) {
-            json_t *u = chunk(&c, NULL);
+            json_t *u = chunk(cp, NULL);
             json_array_clear(json_object_get(u, "choices"));
-            json_object_set_new(u, "usage", usage(&st, c.n));
-            json_object_set_new(u, "timings", timings(j, &st, c.n, o.drafter != NULL, K));
-            sse(&c, u);
+            json_object_set_new(u, "usage", usage(&st, c->n));
+            json_object_set_new(u, "timings", timings(j, &st, c->n, o.drafter != NULL, K));
+            sse(cp, u);
         }
         pthread_mutex_lock(&S->mu);
         append_locked(j, "data: [DONE]\n\n", 14);
         pthread_mutex_unlock(&S->mu);
     } else {
         size_t tl;
-        const char *txt = srv_out_text(&c.out, &tl);
+        const char *txt = srv_out_text(&c->out, &tl);
         json_t *choice;
         if (j->kind == SRV_CHAT) {
             json_t *msg = json_pack("{s:s}", "role", "assistant");
-            int has_tools = json_array_size(c.out.tool_calls) > 0;
+            int has_tools = json_array_size(c->out.tool_calls) > 0;
             json_object_set_new(msg, "content", tl || !has_tools ? json_stringn(txt, tl) : json_null());
-            if (c.out.reasoning.n) json_object_set_new(msg, "reasoning_content", json_stringn(c.out.reasoning.p, c.out.reasoning.n));
-            if (has_tools) json_object_set(msg, "tool_calls", c.out.tool_calls);
+            if (c->out.reasoning.n) json_object_set_new(msg, "reasoning_content", json_stringn(c->out.reasoning.p, c->out.reasoning.n));
+            if (has_tools) json_object_set(msg, "tool_calls", c->out.tool_calls);
             choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs", "finish_reason", finish);
         } else {
             choice = json_pack("{s:i, s:s%, s:n, s:s}", "index", 0, "text", txt, tl, "logprobs", "finish_reason", finish);
         }
-        if (j->return_ids) json_object_set_new(choice, "token_ids", ids_json(c.ids, c.n));
+        if (j->return_ids) json_object_set_new(choice, "token_ids", ids_json(c->ids, c->n));
         json_t *doc = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:o}", "id", j->id, "object",
                                 j->kind == SRV_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)j->created,
-                                "model", j->model_id, "choices", choice, "usage", usage(&st, c.n), "timings",
-                                timings(j, &st, c.n, o.drafter != NULL, K));
+                                "model", j->model_id, "choices", choice, "usage", usage(&st, c->n), "timings",
+                                timings(j, &st, c->n, o.drafter != NULL, K));
         if (doc && j->return_ids) json_object_set_new(doc, "prompt_token_ids", ids_json(j->prompt, j->n_prompt));
         char *s = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
         json_decref(doc);
-        if (!s) finish_error(&c, 500, "out of memory");
+        if (!s) finish_error(cp, 500, "out of memory");
         else {
             pthread_mutex_lock(&S->mu);
             j->status = 200;
@@ -380,39 +489,102 @@ static void run_job(ink_server *S, srv_job *j)
             free(s);
         }
     }
-    srv_out_free(&c.out);
-    srv_buf_free(&c.pend);
-    free(out);
-    free(c.ids);
+    srv_out_free(&c->out);
+    srv_buf_free(&c->pend);
+    free(sl->out);
+    free(c->ids);
+    free(cp), sl->c = NULL, sl->out = NULL;
 }
 
+
 /* ---- loop ---------------------------------------------------------------------------------- */
+
+/* The free slot whose session history shares the longest prefix with the job's prompt (the prompt
+ * cache then resumes from it); the first free one when none shares anything. Under S->mu. */
+static srv_slot *pick_slot(ink_server *S, const srv_job *j)
+{
+    srv_slot *best = NULL;
+    int best_l = -1;
+    for (int i = 0; i < S->n_slots; i++) {
+        srv_slot *sl = &S->slots[i];
+        if (sl->j) continue;
+        const int32_t *t = ink_session_tokens(sl->sess);
+        int n = ink_session_pos(sl->sess), L = 0;
+        while (L < n && L < j->n_prompt && t[L] == j->prompt[L]) L++;
+        if (L > best_l) best_l = L, best = sl;
+    }
+    return best;
+}
+
+static int slot_finished(const srv_slot *sl)
+{
+    return !sl->started || (!ink_gen_prefilling(sl->gen) && ink_gen_done(sl->gen));
+}
+
+/* --debug-hold between engine steps: while the file exists the running jobs do not advance (no
+ * prefill, no round), unless one was cancelled or the server stops; queued jobs are
+ * still admitted into free slots. Under S->mu. */
+static int held(ink_server *S)
+{
+    if (!S->o.debug_hold || S->stopping || access(S->o.debug_hold, F_OK) != 0) return 0;
+    for (int i = 0; i < S->n_slots; i++)
+        if (S->slots[i].j && S->slots[i].j->cancel) return 0;
+    return 1;
+}
 
 void *srv_worker_main(void *arg)
 {
     ink_server *S = arg;
     load(S);
     pthread_mutex_lock(&S->mu);
+    if (S->state != INK_SERVER_READY) {
+        while (!S->stopping) pthread_cond_wait(&S->wcv, &S->mu);
+    }
     for (;;) {
-        while (!S->stopping && !S->q_head) pthread_cond_wait(&S->wcv, &S->mu);
-        if (S->stopping) break;
-        srv_job *j = S->q_head;
-        S->q_head = j->next;
-        if (!S->q_head) S->q_tail = NULL;
-        S->q_len--;
-        j->next = NULL;
-        if (j->cancel) {
-            S->met.cancelled++;
-        } else {
-            S->running = j;
+        while (!S->stopping && !S->q_head && !S->n_active) pthread_cond_wait(&S->wcv, &S->mu);
+        if (S->stopping && !S->n_active) break;
+        /* admit queued jobs into free slots (not while shutting down) */
+        while (!S->stopping && S->q_head && S->n_active < S->n_slots) {
+            srv_job *j = S->q_head;
+            S->q_head = j->next;
+            if (!S->q_head) S->q_tail = NULL;
+            S->q_len--;
+            j->next = NULL;
+            if (j->cancel) {
+                S->met.cancelled++;
+                j->done = 1;
+                pthread_cond_broadcast(&j->cv);
+                srv_job_release(S, j);
+                continue;
+            }
+            srv_slot *sl = pick_slot(S, j);
+            sl->j = j, S->n_active++;
             pthread_mutex_unlock(&S->mu);
-            run_job(S, j);
+            job_begin(S, sl, j);
             pthread_mutex_lock(&S->mu);
-            S->running = NULL;
         }
-        j->done = 1;
-        pthread_cond_broadcast(&j->cv);
-        srv_job_release(S, j);
+        if (held(S)) {
+            pthread_mutex_unlock(&S->mu);
+            struct timespec t = {0, 2 * 1000 * 1000};
+            nanosleep(&t, NULL);
+            pthread_mutex_lock(&S->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&S->mu);
+        step_slots(S);
+        pthread_mutex_lock(&S->mu);
+        for (int i = 0; i < S->n_slots; i++) {
+            srv_slot *sl = &S->slots[i];
+            if (!sl->j || !slot_finished(sl)) continue;
+            srv_job *j = sl->j;
+            pthread_mutex_unlock(&S->mu);
+            job_end(S, sl);
+            pthread_mutex_lock(&S->mu);
+            sl->j = NULL, S->n_active--;
+            j->done = 1;
+            pthread_cond_broadcast(&j->cv);
+            srv_job_release(S, j);
+        }
     }
     /* shutting down: fail what is still queued */
     while (S->q_head) {

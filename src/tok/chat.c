@@ -1,57 +1,28 @@
 /* chat.c — Inkling chat format: rendering to ids, canonical JSON, output parsing (see chat.h). */
 #include "tok/chat.h"
 
+#include "base/buf.h"
+
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- string builder ------------------------------------------------------------------------- */
-
-typedef struct sb {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sb;
-
-static void sb_put(sb *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 128;
-        while (nc < b->n + n + 1)
-            nc *= 2;
-        char *q = realloc(b->p, nc);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_str(sb *b, const char *s) { sb_put(b, s, strlen(s)); }
-
 /* ---- canonical JSON (Python json.dumps compatible) ------------------------------------------ */
 
-static void py_float(sb *b, double x)
+static void py_float(ink_buf *b, double x)
 {
     if (isnan(x)) {
-        sb_str(b, "NaN");
+        ink_buf_str(b, "NaN");
         return;
     }
     if (isinf(x)) {
-        sb_str(b, x < 0 ? "-Infinity" : "Infinity");
+        ink_buf_str(b, x < 0 ? "-Infinity" : "Infinity");
         return;
     }
     if (x == 0) {
-        sb_str(b, signbit(x) ? "-0.0" : "0.0");
+        ink_buf_str(b, signbit(x) ? "-0.0" : "0.0");
         return;
     }
     char tmp[48];
@@ -112,12 +83,12 @@ static void py_float(sb *b, double x)
         memcpy(out + o, dig + decpt, (size_t)(nd - decpt));
         o += nd - decpt;
     }
-    sb_put(b, out, (size_t)o);
+    ink_buf_add(b, out, (size_t)o);
 }
 
-static void py_string(sb *b, const char *s, size_t n)
+static void py_string(ink_buf *b, const char *s, size_t n)
 {
-    sb_put(b, "\"", 1);
+    ink_buf_add(b, "\"", 1);
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -138,13 +109,13 @@ static void py_string(sb *b, const char *s, size_t n)
             }
         }
         if (esc) {
-            sb_put(b, s + run, i - run);
-            sb_str(b, esc);
+            ink_buf_add(b, s + run, i - run);
+            ink_buf_str(b, esc);
             run = i + 1;
         }
     }
-    sb_put(b, s + run, n - run);
-    sb_put(b, "\"", 1);
+    ink_buf_add(b, s + run, n - run);
+    ink_buf_add(b, "\"", 1);
 }
 
 static int cmp_keys(const void *a, const void *b)
@@ -152,7 +123,7 @@ static int cmp_keys(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static int canon(sb *b, json_t *v, int sort, int depth)
+static int canon(ink_buf *b, json_t *v, int sort, int depth)
 {
     if (depth > 200)
         return INK_E_INVAL;
@@ -169,42 +140,42 @@ static int canon(sb *b, json_t *v, int sort, int depth)
         json_object_foreach(v, k, x) keys[i++] = k;
         if (sort)
             qsort(keys, n, sizeof *keys, cmp_keys);
-        sb_put(b, "{", 1);
+        ink_buf_add(b, "{", 1);
         int rc = INK_OK;
         for (i = 0; i < n && !rc; i++) {
             if (i)
-                sb_put(b, ",", 1);
+                ink_buf_add(b, ",", 1);
             py_string(b, keys[i], strlen(keys[i]));
-            sb_put(b, ":", 1);
+            ink_buf_add(b, ":", 1);
             rc = canon(b, json_object_get(v, keys[i]), sort, depth + 1);
         }
-        sb_put(b, "}", 1);
+        ink_buf_add(b, "}", 1);
         free(keys);
         return rc;
     }
     case JSON_ARRAY: {
-        sb_put(b, "[", 1);
+        ink_buf_add(b, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {
             if (i)
-                sb_put(b, ",", 1);
+                ink_buf_add(b, ",", 1);
             int rc = canon(b, json_array_get(v, i), sort, depth + 1);
             if (rc)
                 return rc;
         }
-        sb_put(b, "]", 1);
+        ink_buf_add(b, "]", 1);
         return INK_OK;
     }
     case JSON_STRING: py_string(b, json_string_value(v), json_string_length(v)); return INK_OK;
     case JSON_INTEGER: {
         char t[32];
         snprintf(t, sizeof t, "%lld", (long long)json_integer_value(v));
-        sb_str(b, t);
+        ink_buf_str(b, t);
         return INK_OK;
     }
     case JSON_REAL: py_float(b, json_real_value(v)); return INK_OK;
-    case JSON_TRUE: sb_str(b, "true"); return INK_OK;
-    case JSON_FALSE: sb_str(b, "false"); return INK_OK;
-    case JSON_NULL: sb_str(b, "null"); return INK_OK;
+    case JSON_TRUE: ink_buf_str(b, "true"); return INK_OK;
+    case JSON_FALSE: ink_buf_str(b, "false"); return INK_OK;
+    case JSON_NULL: ink_buf_str(b, "null"); return INK_OK;
     }
     return INK_E_INVAL;
 }
@@ -213,7 +184,7 @@ int ink_json_canonical(json_t *v, int sort, char **out, size_t *len, ink_err *er
 {
     if (!v || !out)
         return ink_err_set(err, INK_E_INVAL, "ink_json_canonical: NULL argument");
-    sb b = {0};
+    ink_buf b = {0};
     int rc = canon(&b, v, sort, 0);
     if (!rc && b.oom)
         rc = INK_E_NOMEM;
@@ -455,17 +426,17 @@ static int render_tool_call(rnd *r, size_t mi, size_t ci, const ink_chat_tool_ca
             owned = json_object();
         args = owned;
     }
-    sb b = {0};
-    sb_str(&b, "{\"name\":");
+    ink_buf b = {0};
+    ink_buf_str(&b, "{\"name\":");
     py_string(&b, tc->name, strlen(tc->name));
-    sb_str(&b, ",\"args\":");
+    ink_buf_str(&b, ",\"args\":");
     char *as = NULL;
     size_t al = 0;
     int rc = ink_json_canonical(args, 1, &as, &al, r->err);
     json_decref(owned);
     if (!rc) {
-        sb_put(&b, as, al);
-        sb_str(&b, "}");
+        ink_buf_add(&b, as, al);
+        ink_buf_str(&b, "}");
         free(as);
         rc = b.oom ? ink_err_set(r->err, INK_E_NOMEM, "chat: out of memory") : INK_OK;
     }
@@ -721,7 +692,7 @@ struct ink_chat_parser {
     ink_detok *body;
     int state;
     ink_block_kind kind;
-    sb header;
+    ink_buf header;
     char *name; /* name of the open block */
     char flush[8];
 };
@@ -862,7 +833,7 @@ int ink_chat_parser_feed(ink_chat_parser *p, int32_t id, ink_chat_event ev[4], s
     size_t l;
     const char *piece = ink_tokenizer_piece(p->tok, id, &l);
     if (piece)
-        sb_put(&p->header, piece, l);
+        ink_buf_add(&p->header, piece, l);
     if (p->header.oom)
         return ink_err_set(err, INK_E_NOMEM, "chat: out of memory");
     p->state = ST_HEADER;
@@ -897,7 +868,7 @@ void ink_chat_output_free(ink_chat_output *o)
     memset(o, 0, sizeof *o);
 }
 
-static int apply(ink_chat_output *o, sb *cur, const ink_chat_event *ev, size_t n)
+static int apply(ink_chat_output *o, ink_buf *cur, const ink_chat_event *ev, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const ink_chat_event *e = &ev[i];
@@ -911,9 +882,9 @@ static int apply(ink_chat_output *o, sb *cur, const ink_chat_event *ev, size_t n
             if (!nb[o->n - 1].name)
                 return INK_E_NOMEM;
             cur->n = 0;
-            sb_put(cur, "", 0);
+            ink_buf_add(cur, "", 0);
         } else if (e->type == INK_EV_DELTA) {
-            sb_put(cur, e->text, e->len);
+            ink_buf_add(cur, e->text, e->len);
         } else if (e->type == INK_EV_BLOCK_END) {
             ink_chat_block *b = &o->blocks[o->n - 1];
             b->closed = e->closed;
@@ -943,7 +914,7 @@ int ink_chat_parse(const ink_tokenizer *tok, const int32_t *ids, size_t n, ink_c
     if (rc)
         return rc;
     ink_chat_output o = {.stop_id = -1};
-    sb cur = {0};
+    ink_buf cur = {0};
     ink_chat_event ev[4];
     size_t ne;
     for (size_t i = 0; i < n && !rc; i++) {
