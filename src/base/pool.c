@@ -12,12 +12,27 @@
  * sleeps on a condition variable; `sleepers` / `waiting` tell the other side whether a wake-up is
  * needed (seq_cst stores and loads on both sides, so a wake-up is never lost).
  *
- * Adaptive fallback: a run is "stalled" when, after the caller ran out of chunks, it still waited
- * more than STALL_NS and longer than its own share took (a worker was descheduled holding a
- * chunk). Two stalls within a window of WINDOW runs make the caller run alone for `backoff` runs
- * (workers sleep meanwhile); each fallback doubles `backoff` up to BACKOFF_MAX, and GOOD_WINDOWS
- * stall-free windows reset it. The first window after a solo period is a probe: one stall is
- * enough to fall back again, so probing a still-busy machine costs one stall. The adaptive state is touched only by the caller. */
+ * Adaptive mode (INK_POOL_AUTO) chooses, by measurement, between running jobs on every thread
+ * ("pooled") and on the caller alone ("solo", workers asleep). Runs are grouped into windows of at
+ * least WIN_RUNS runs and WIN_NS, each ending where a run with the window's first (function, items,
+ * grain) begins, so that a window holds whole cycles of the caller's work (decode repeats the same
+ * matmuls every layer); windows add up to spans of at least SPAN_NS. A span has a cost (wall time
+ * per run, the caller's serial code between runs included) and an on-CPU fraction (the caller's
+ * thread CPU time over wall time). A gap of more than GAP_NS between runs (a server between
+ * requests) drops the open window and span, so idle time is never counted.
+ *  - Pooled, a span with an on-CPU fraction below F_LOW (the caller was descheduled: another
+ *    process shares its core, or it slept waiting for a descheduled worker) starts a probe: one
+ *    span solo, after WARM_NS discarded (workers going to sleep, the scheduler moving the caller to
+ *    the core a worker left). The pool stays solo if that span costs less than the pooled one by
+ *    more than MARGIN; otherwise it goes back and ignores low spans for a while (doubling).
+ *    On a quiet machine the caller is never descheduled and pooled runs are never probed.
+ *  - Solo, every `gap` spans (doubling up to PROBE_MAX after each failed probe) it probes one
+ *    pooled span the same way and returns to pooled if that span's on-CPU fraction is at least F_LOW
+ *    and it costs at most MARGIN more than solo (a probe window in which the caller was on its CPU
+ *    less than half the time ends the probe at once).
+ * Next to a busy loop on one of two cores the spinning worker keeps the free core while the caller
+ * shares the busy one: the caller is slow, not a worker, and the fraction sees it. The adaptive
+ * state is touched only by the caller; results never depend on the mode. */
 #define _GNU_SOURCE
 #include "base/pool.h"
 
@@ -32,11 +47,17 @@
 #include <unistd.h>
 
 #define SPIN_NS 60000LL      /* spin this long before sleeping */
-#define STALL_NS 50000LL     /* a wait longer than this (and than the caller's own share) is a stall */
-#define WINDOW 64            /* runs per observation window */
-#define BACKOFF_MIN 4096     /* solo runs after the first fallback (decode: ~50 runs a token) */
-#define BACKOFF_MAX (1 << 20)
-#define GOOD_WINDOWS 16
+#define WIN_NS 1000000LL     /* a window lasts at least this long ... */
+#define WIN_RUNS 64          /* ... and holds at least this many runs (decode: ~50 runs a token) */
+#define SPAN_NS 4000000LL    /* windows add up to spans this long (a few scheduler slices) */
+#define GAP_NS 1000000LL     /* a longer gap between runs drops the open window and span */
+#define WARM_NS 1000000LL    /* discarded after a switch */
+#define F_LOW 0.8            /* the caller was on a CPU less than this fraction of a span */
+#define MARGIN 0.10          /* a mode must be this much cheaper to win */
+#define PROBE_MIN 16         /* spans between probes (solo), or low spans ignored (pooled), at first */
+#define PROBE_MAX 128        /* ... doubling up to this many (~0.5 s) */
+
+enum { M_POOLED, M_SOLO };
 
 struct ink_pool {
     int n;
@@ -48,8 +69,16 @@ struct ink_pool {
     _Atomic(ink_range_fn) fn;
     _Atomic(void *) ctx;
     atomic_int stop, sleepers, waiting;
-    /* caller-only */
-    int adaptive, solo_left, backoff, win_runs, win_stalls, good_windows, probing;
+    /* caller-only: the adaptive state (see the file comment) */
+    int mode_set;         /* INK_POOL_AUTO / _POOLED / _SOLO */
+    int mode, home;       /* the mode runs use now; the chosen one */
+    int probing, since, gap, skip, gap_p;
+    double a;             /* ns per run of the chosen mode's last span */
+    long long win_t0, win_cpu0, last_end, warm_until, span_ns, span_cpu, span_runs;
+    int win_runs, win_n, win_grain;
+    ink_range_fn win_fn;
+    long long (*clock)(void *, int);
+    void *clock_arg;
     ink_pool_stats st;
 };
 
@@ -59,6 +88,13 @@ typedef struct worker_arg {
 } worker_arg;
 
 static _Thread_local int in_task;
+
+#ifdef INK_POOL_DEBUG /* scratch builds: a trace of the windows, printed by ink_pool_free */
+enum { DBG_MAX = 8192 };
+static struct { int mode, home, probing; long long runs; double r, f; } dbg_w[DBG_MAX];
+static int dbg_nw;
+#endif
+
 
 static inline void cpu_relax(void)
 {
@@ -145,8 +181,8 @@ ink_pool *ink_pool_create(int n)
     ink_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n = n;
-    p->adaptive = 1;
-    p->backoff = BACKOFF_MIN;
+    p->mode_set = INK_POOL_AUTO;
+    p->gap = p->gap_p = PROBE_MIN;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
@@ -171,6 +207,15 @@ ink_pool *ink_pool_create(int n)
 void ink_pool_free(ink_pool *p)
 {
     if (!p) return;
+#ifdef INK_POOL_DEBUG
+    if (p->n > 1) {
+        fprintf(stderr, "pool n=%d runs=%llu solo=%llu fallbacks=%llu probes=%llu spans=%d\n", p->n, p->st.runs,
+                p->st.solo_runs, p->st.fallbacks, p->st.probes, dbg_nw);
+        for (int i = 0; i < dbg_nw && i < DBG_MAX; i++)
+            fprintf(stderr, "  s%d %s home=%s%s runs=%lld %.0f ns/run f=%.2f\n", i, dbg_w[i].mode ? "solo" : "pool",
+                    dbg_w[i].home ? "solo" : "pool", dbg_w[i].probing ? " probe" : "", dbg_w[i].runs, dbg_w[i].r, dbg_w[i].f);
+    }
+#endif
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->go);
@@ -186,11 +231,19 @@ void ink_pool_free(ink_pool *p)
 
 int ink_pool_size(const ink_pool *p) { return p ? p->n : 1; }
 
-void ink_pool_set_adaptive(ink_pool *p, int on)
+void ink_pool_set_mode(ink_pool *p, int mode)
 {
     if (!p) return;
-    p->adaptive = on != 0;
-    if (!on) p->solo_left = 0;
+    p->mode_set = mode == INK_POOL_POOLED || mode == INK_POOL_SOLO ? mode : INK_POOL_AUTO;
+}
+
+void ink_pool_set_adaptive(ink_pool *p, int on) { ink_pool_set_mode(p, on ? INK_POOL_AUTO : INK_POOL_POOLED); }
+
+void ink_pool_set_clock(ink_pool *p, long long (*clock)(void *arg, int cpu), void *arg)
+{
+    if (!p) return;
+    p->clock = clock, p->clock_arg = arg;
+    p->win_runs = 0;
 }
 
 void ink_pool_get_stats(const ink_pool *p, ink_pool_stats *out)
@@ -198,24 +251,95 @@ void ink_pool_get_stats(const ink_pool *p, ink_pool_stats *out)
     if (out) *out = p ? p->st : (ink_pool_stats){0};
 }
 
-/* The caller's bookkeeping after a parallel run (see the file comment). */
-static void adapt(ink_pool *p, long long own_ns, long long wait_ns)
+static long long thread_cpu_ns(void)
 {
-    if (!p->adaptive) return;
-    if (wait_ns > STALL_NS && wait_ns > own_ns) p->win_stalls++;
-    if (p->win_stalls >= (p->probing ? 1 : 2)) {
-        p->solo_left = p->backoff;
-        p->probing = 1;
-        p->backoff = p->backoff < BACKOFF_MAX / 2 ? p->backoff * 2 : BACKOFF_MAX;
-        p->win_runs = p->win_stalls = p->good_windows = 0;
-        p->st.fallbacks++;
-        return;
-    }
-    if (++p->win_runs == WINDOW) {
-        if (p->win_stalls == 0 && ++p->good_windows >= GOOD_WINDOWS) p->backoff = BACKOFF_MIN, p->good_windows = 0;
-        p->win_runs = p->win_stalls = p->probing = 0;
+    struct timespec t;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t)) return 0;
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* The adaptive clock: wall (cpu = 0) or the caller's thread CPU time (cpu = 1), in ns. */
+static long long clk(ink_pool *p, int cpu)
+{
+    if (p->clock) return p->clock(p->clock_arg, cpu);
+    return cpu ? thread_cpu_ns() : now_ns();
+}
+
+static void switch_to(ink_pool *p, int mode, long long t)
+{
+    p->mode = mode;
+    p->warm_until = t + WARM_NS;
+    p->span_ns = p->span_cpu = p->span_runs = 0;
+}
+
+/* A span of the current mode ended at time t: r ns per run, on-CPU fraction f (file comment). */
+static void close_span(ink_pool *p, long long t, double r, double f)
+{
+#ifdef INK_POOL_DEBUG
+    if (dbg_nw < DBG_MAX) dbg_w[dbg_nw].mode = p->mode, dbg_w[dbg_nw].home = p->home, dbg_w[dbg_nw].probing = p->probing,
+                          dbg_w[dbg_nw].runs = p->span_runs, dbg_w[dbg_nw].f = f, dbg_w[dbg_nw++].r = r;
+#endif
+    if (!p->probing && p->home == M_POOLED) {
+        if (f >= F_LOW) return;
+        if (p->skip > 0) {
+            p->skip--;
+            return;
+        }
+        p->a = r, p->probing = 1, p->st.probes++;
+        switch_to(p, M_SOLO, t);
+    } else if (!p->probing) { /* solo */
+        p->a = r;
+        if (++p->since < p->gap) return;
+        p->since = 0, p->probing = 1, p->st.probes++;
+        switch_to(p, M_POOLED, t);
+    } else if (p->home == M_POOLED) { /* probed solo */
+        p->probing = 0;
+        if (r * (1 + MARGIN) < p->a) {
+            p->home = M_SOLO, p->gap = PROBE_MIN, p->since = 0, p->a = r;
+            p->st.fallbacks++;
+        } else {
+            p->skip = p->gap_p;
+            p->gap_p = p->gap_p < PROBE_MAX / 2 ? p->gap_p * 2 : PROBE_MAX;
+            switch_to(p, M_POOLED, t);
+        }
+    } else { /* probed pooled */
+        p->probing = 0;
+        if (f >= F_LOW && r <= p->a * (1 + MARGIN)) {
+            p->home = M_POOLED, p->skip = 0, p->gap_p = PROBE_MIN;
+        } else {
+            p->gap = p->gap < PROBE_MAX / 2 ? p->gap * 2 : PROBE_MAX;
+            switch_to(p, M_SOLO, t);
+        }
     }
 }
+
+/* Called at the start of each adaptive run (time t): opens, continues or closes the window. */
+static void window_begin(ink_pool *p, long long t, ink_range_fn fn, int n, int grain)
+{
+    if (p->win_runs > 0 && t - p->last_end <= GAP_NS) {
+        long long el = t - p->win_t0;
+        int whole = fn == p->win_fn && n == p->win_n && grain == p->win_grain;
+        if (el < WIN_NS || p->win_runs < WIN_RUNS || !(whole || el >= 8 * WIN_NS)) return;
+        long long cpu = clk(p, 1);
+        if (p->win_t0 >= p->warm_until) {
+            p->span_ns += el, p->span_cpu += cpu - p->win_cpu0, p->span_runs += p->win_runs;
+            /* a pooled probe the caller is mostly off its CPU in fails after one window */
+            int bad_probe = p->probing && p->mode == M_POOLED && p->span_cpu < p->span_ns / 2;
+            if (p->span_ns >= SPAN_NS || bad_probe) {
+                double r = (double)p->span_ns / (double)p->span_runs, f = (double)p->span_cpu / (double)p->span_ns;
+                close_span(p, t, r, f);
+                p->span_ns = p->span_cpu = p->span_runs = 0;
+            }
+        }
+        p->win_cpu0 = cpu;
+    } else { /* first run, or after an idle gap: drop the open window and span */
+        p->span_ns = p->span_cpu = p->span_runs = 0;
+        p->win_cpu0 = clk(p, 1);
+    }
+    p->win_t0 = t, p->win_runs = 0, p->win_fn = fn, p->win_n = n, p->win_grain = grain;
+}
+
+static void run_pooled(ink_pool *p, int n, int grain, int nch, ink_range_fn fn, void *ctx);
 
 void ink_pool_for(ink_pool *p, int n, int grain, ink_range_fn fn, void *ctx)
 {
@@ -227,14 +351,21 @@ void ink_pool_for(ink_pool *p, int n, int grain, ink_range_fn fn, void *ctx)
         return;
     }
     p->st.runs++;
-    if (p->solo_left > 0) {
-        p->solo_left--;
+    int autom = p->mode_set == INK_POOL_AUTO;
+    if (autom) window_begin(p, clk(p, 0), fn, n, grain);
+    if (p->mode_set == INK_POOL_SOLO || (autom && p->mode == M_SOLO)) {
         p->st.solo_runs++;
         in_task = 1;
         fn(ctx, 0, n, 0);
         in_task = 0;
-        return;
+    } else {
+        run_pooled(p, n, grain, nch, fn, ctx);
     }
+    if (autom) p->last_end = clk(p, 0), p->win_runs++;
+}
+
+static void run_pooled(ink_pool *p, int n, int grain, int nch, ink_range_fn fn, void *ctx)
+{
     /* First a word no claim can match or succeed on (new generation, index ~0): a worker holding
      * the old word (all chunks claimed) must not claim against it while the fields below change,
      * or it would run a chunk of the new job early and count it twice. */
@@ -253,12 +384,11 @@ void ink_pool_for(ink_pool *p, int n, int grain, ink_range_fn fn, void *ctx)
         pthread_cond_broadcast(&p->go);
         pthread_mutex_unlock(&p->mu);
     }
-    long long t0 = now_ns();
     in_task = 1;
     run_chunks(p, g, 0);
     in_task = 0;
-    long long t1 = now_ns(), t2 = t1;
     if (atomic_load_explicit(&p->ndone, memory_order_acquire) != nch) {
+        long long t1 = now_ns();
         for (unsigned spins = 1;; spins++) {
             if (atomic_load_explicit(&p->ndone, memory_order_acquire) == nch) break;
             if (spins % 128 == 0 && now_ns() - t1 > SPIN_NS) {
@@ -271,9 +401,7 @@ void ink_pool_for(ink_pool *p, int n, int grain, ink_range_fn fn, void *ctx)
             }
             cpu_relax();
         }
-        t2 = now_ns();
     }
-    adapt(p, t1 - t0, t2 - t1);
 }
 
 /* ink_pool_run as ink_pool_for over slices. */

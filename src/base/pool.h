@@ -9,9 +9,11 @@
  *
  * Waiting is bounded spinning (tens of microseconds: decode runs dozens of small matmuls per token)
  * followed by a condition-variable sleep, so an idle pool (a server between requests) uses no CPU.
- * When the pool sees that a worker keeps stalling the caller (another process shares the core), it
- * runs the caller alone for a while and probes again later, with exponential back-off: on a busy
- * machine it degrades to one thread instead of collapsing.
+ * By default the pool measures whether using every thread pays: when the caller is often off its
+ * CPU (another process shares its core) it tries a short stretch of jobs on the caller alone and
+ * keeps running solo while that is clearly cheaper per job, probing all threads again now and then
+ * with exponential back-off: on a busy machine it degrades to one thread instead of collapsing,
+ * and on a quiet one it runs every thread without probing.
  *
  * No thread is created per call. A call made from inside a task runs serially.
  * Ownership: ink_pool_create returns a pool the caller frees with ink_pool_free (joins workers).
@@ -35,14 +37,21 @@ int ink_pool_size(const ink_pool *p);
 void ink_pool_run(ink_pool *p, ink_task_fn fn, void *ctx);
 /* fn over [0, n) in chunks of `grain` items (the last may be shorter); returns when all are done. */
 void ink_pool_for(ink_pool *p, int n, int grain, ink_range_fn fn, void *ctx);
-/* 1 (default): fall back to the caller alone while workers keep stalling it; 0: always use every
- * thread (kernel benchmarks that measure n-thread bandwidth). */
-void ink_pool_set_adaptive(ink_pool *p, int on);
+/* INK_POOL_AUTO (default): choose between all threads and the caller alone by measurement;
+ * INK_POOL_POOLED: always every thread (kernel benchmarks that measure n-thread bandwidth);
+ * INK_POOL_SOLO: always the caller alone (tests). Results are the same in every mode. */
+enum { INK_POOL_AUTO, INK_POOL_POOLED, INK_POOL_SOLO };
+void ink_pool_set_mode(ink_pool *p, int mode);
+void ink_pool_set_adaptive(ink_pool *p, int on); /* 1: INK_POOL_AUTO, 0: INK_POOL_POOLED */
+/* Test hook: the clocks AUTO mode measures with, in ns: wall (cpu = 0) and the caller's CPU time
+ * (cpu = 1); NULL: CLOCK_MONOTONIC and CLOCK_THREAD_CPUTIME_ID. A test decides what solo and pooled
+ * cost and the choice is deterministic. Only the calling thread calls it. */
+void ink_pool_set_clock(ink_pool *p, long long (*clock)(void *arg, int cpu), void *arg);
 
-/* Counters since creation, for benchmarks: runs made, runs the caller did alone because workers
- * were stalling, and times the pool fell back to the caller alone. */
+/* Counters since creation, for benchmarks: runs made (jobs of more than one chunk, outside a task),
+ * runs the caller did alone, times AUTO switched to solo, and probe windows. */
 typedef struct ink_pool_stats {
-    unsigned long long runs, solo_runs, fallbacks;
+    unsigned long long runs, solo_runs, fallbacks, probes;
 } ink_pool_stats;
 void ink_pool_get_stats(const ink_pool *p, ink_pool_stats *out);
 
