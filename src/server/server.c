@@ -214,6 +214,7 @@ static enum MHD_Result generate(ink_server *S, struct MHD_Connection *con, req *
     snprintf(j->id, sizeof j->id, "%s%llx%04x", j->kind == SRV_CHAT ? "chatcmpl-" : "cmpl-", ++S->next_id,
              (unsigned)(((uintptr_t)j >> 4) & 0xffff));
     j->refs = 2; /* the queue / worker and this connection */
+    S->n_jobs++, j->counted = 1; /* until both let go (srv_job_release) */
     j->last_send = ink_now_s();
     if (S->q_tail) S->q_tail->next = j;
     else S->q_head = j;
@@ -500,6 +501,16 @@ void ink_server_stop(ink_server *S)
     pthread_cond_broadcast(&S->wcv);
     pthread_mutex_unlock(&S->mu);
     if (S->worker_started) pthread_join(S->worker, NULL); /* finishes loading first if it was */
+    /* every job is finished now (answered, or failed with 503); let the connections send what is
+     * left of their bodies (a stream's error event and [DONE]) before closing them: at most 3 s */
+    for (int i = 0; i < 300; i++) {
+        pthread_mutex_lock(&S->mu);
+        int left = S->n_jobs;
+        pthread_mutex_unlock(&S->mu);
+        if (!left) break;
+        struct timespec t = {0, 10 * 1000 * 1000};
+        nanosleep(&t, NULL);
+    }
     MHD_stop_daemon(S->mhd);
     free_server(S);
 }

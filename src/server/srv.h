@@ -105,6 +105,7 @@ typedef struct srv_job {
 
     /* shared with the connection thread, under ink_server.mu */
     int refs;
+    int counted;              /* counted in S->n_jobs */
     atomic_int cancel;        /* the client went away (HTTP threads set it, the worker reads it) */
     int done;                 /* the body is complete */
     int status;               /* HTTP status of a non-streamed response */
@@ -163,6 +164,7 @@ struct ink_server {
     int batch_rows;
     srv_metrics met;
     long long next_id;
+    int n_jobs;               /* queued jobs not yet released by both sides (shutdown waits for 0) */
 
     /* set by the worker before state becomes READY, read-only afterwards */
     ink_model *model;

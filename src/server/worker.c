@@ -14,8 +14,10 @@
 
 void srv_job_release(ink_server *S, srv_job *j)
 {
-    (void)S;
-    if (--j->refs == 0) srv_job_free(j);
+    if (--j->refs == 0) {
+        if (j->counted) S->n_jobs--;
+        srv_job_free(j);
+    }
 }
 
 /* ---- loading ------------------------------------------------------------------------------ */
