@@ -71,7 +71,8 @@ struct ink_gen {
     int32_t bonus, vin[INK_MAX_DEPTH + 2];
     /* the adaptive draft length (gen/autok.h): kept across runs while drafter, mode and range match */
     int autok, k_next, seed_stale;
-    double carry_s, wake_s, ta, tb; /* ta, tb: the round in progress began / finished drafting */
+    double carry_s, ta, tb; /* ta, tb: the round in progress began / finished drafting */
+    int woke;                /* this round restarted a dormant depth (wake) */
     /* auto: depths 0..n_live-1 keep their history; the others are dormant (not maintained) until a
      * round drafts with them, when they restart from the last WAKE rows (see wake()) */
     int n_live, rounds_run, last_used[INK_MAX_DEPTH];
@@ -185,6 +186,7 @@ static void wake(gen *g, int m, int n)
     ink_depth_start_at(g->d, m, p0);
     g->F[m] = p0;
     g->n_live = m + 1;
+    g->woke = 1;
 }
 
 /* Auto K, after a round: depths not drafted with for LIVE rounds stop being maintained. */
@@ -229,11 +231,7 @@ static void depth_round(gen *g, int m, int n)
 
 static void draft_per_depth(gen *g, int n, int M)
 {
-    if (M > g->n_live) { /* auto: dormant depths restart (their time is not a round cost) */
-        double t = ink_now_s();
-        for (int m = g->n_live; m < M; m++) wake(g, m, n);
-        g->wake_s += ink_now_s() - t + 1e-9; /* > 0: this round woke a depth */
-    }
+    for (int m = g->n_live; m < M; m++) wake(g, m, n); /* auto: dormant depths restart */
     for (int m = 0; m < M; m++) g->last_used[m] = g->rounds_run;
     int bulk = 0;
     for (int m = 0; m < M; m++) bulk |= n - g->F[m] > CH;
@@ -409,7 +407,7 @@ static void configure(gen *g, const ink_gen_opts *o, ink_gen_stats *st)
         ink_autok_init(&g->ak, g->K); /* what was measured with another drafter, mode or range is void */
         g->ak_drafter = g->d, g->ak_mode = g->mode, g->ak_kmax = g->K;
     }
-    g->seed_stale = 0, g->carry_s = 0, g->wake_s = 0;
+    g->seed_stale = 0, g->carry_s = 0, g->woke = 0;
 }
 
 /* The width of the next round: fixed, the test hook's, or the controller's. */
@@ -489,11 +487,9 @@ static void draft(gen *g)
 {
     if (g->M > 0) {
         if (g->compat && !g->n_live) { /* auto: block 0 restarts, then the seed */
-            double t = ink_now_s();
             wake(g, 0, g->n);
             compat_update(g, g->n);
             g->seed_stale = 0;
-            g->wake_s += ink_now_s() - t + 1e-9; /* > 0: this round woke a depth */
         }
         if (g->compat) g->last_used[0] = g->rounds_run;
         if (g->compat && g->seed_stale) compat_update(g, g->n), g->seed_stale = 0;
@@ -773,9 +769,9 @@ int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err)
     double td = ink_now_s();
     if (g->autok) { /* the next width is chosen before the drafter update, which may skip the seed */
         /* a round that restarted dormant depths (their last 64 rows) costs more than its width does */
-        double sec = g->wake_s > 0 ? -1 : td - ta + g->carry_s;
+        double sec = g->woke ? -1 : td - ta + g->carry_s;
         ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, sec, tb - ta + g->carry_s);
-        g->wake_s = 0;
+        g->woke = 0;
         g->rounds_run++;
         retire(g);
         g->k_next = next_width(g);

@@ -364,9 +364,9 @@ static void step_slots(ink_server *S)
 
 /* A finished slot's job: final statistics, metrics, the log line and the response. */
 /* A finished request into the server's counters. */
-static void count_request(ink_server *S, const gctx *c, int rc, const ink_gen_stats *st_)
+static void count_request(ink_server *S, const gctx *c, int rc, const ink_gen_stats *stp)
 {
-    const ink_gen_stats st = *st_;
+    const ink_gen_stats st = *stp; /* a copy: the counters below read it by value */
     pthread_mutex_lock(&S->mu);
     S->met.requests++;
     if (c->gone) S->met.cancelled++;
