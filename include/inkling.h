@@ -380,6 +380,55 @@ int ink_gen_finish(ink_gen *g);
 int ink_gen_run(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,
                 int out_cap, int *n_out, ink_gen_stats *stats, ink_err *err);
 
+/* ---- quantization: a checkpoint converted to MLX affine or NVFP4 ------------------------- */
+
+enum ink_quant_mode { INK_QUANT_AFFINE = 0, INK_QUANT_NVFP4 = 1 };
+
+/* One --override: modules whose path (the stored tensor name without ".weight") matches `glob`
+ * (fnmatch) get `bits` (0: left in float) and `group` (0: the default group). Later rules win. */
+typedef struct ink_quant_rule {
+    const char *glob;
+    int bits, group;
+} ink_quant_rule;
+
+/* What ink_quantize reports before each tensor it writes (and once more with index == count at the
+ * end): its output name, what is done to it ("q4 g64", "nvfp4", "copy", "split", "conv layout"),
+ * and the bytes read and written so far of the totals. */
+typedef struct ink_quant_progress {
+    int index, count;
+    const char *name, *what;
+    uint64_t bytes_in, total_in, bytes_out, total_out;
+} ink_quant_progress;
+
+typedef struct ink_quant_opts {
+    int mode;                      /* enum ink_quant_mode */
+    int bits, group;               /* affine defaults (0: 4 and 64); ignored for NVFP4 */
+    const char *preset;            /* NULL or an mlx-lm recipe "mixed_L_H" (2_6, 3_4, 3_5, 3_6, 3_8, 4_6, 4_8) */
+    const ink_quant_rule *rules;   /* n_rules overrides, applied after the preset */
+    int n_rules;
+    int force;                     /* write into a non-empty destination (replacing what it names) */
+    uint64_t shard_bytes;          /* largest output shard before splitting (0: 5 GiB) */
+    void (*progress)(void *ctx, const ink_quant_progress *p); /* NULL: silent */
+    void *ctx;
+} ink_quant_opts;
+
+/* Converts the float checkpoint in `src` (BF16 release, transformers names, F32 or F16; sharded or
+ * not; with or without an MTP head) into `dst` (created; it must be absent or empty unless
+ * opts->force):
+ *   INK_QUANT_AFFINE: the mlx-community layout (formats.md §3.4-§5): fused gate/up stacks split into
+ *     gate_proj / up_proj (de-interleaved), convs in MLX layout [C, K, 1], every linear, expert stack,
+ *     embedding and unembedding whose input width is a multiple of its group quantized with MLX's
+ *     algorithm (scales and biases in BF16, F16 for an F16 source), the router, norms, convs,
+ *     rel_logits_proj and 1-D tensors kept; config.json with a `quantization` block (mirrored in
+ *     `quantization_config`) listing every module whose parameters differ from the defaults.
+ *   INK_QUANT_NVFP4: the NVFP4 release's layout (§3.2): routed-expert stacks of the backbone as U8
+ *     codes + F8_E4M3 .scale + F32 .scale2, everything else as stored, plus hf_quant_config.json.
+ * The MTP head stays in its own unindexed mtp.safetensors (affine: quantized by the same rules).
+ * Other files of `src` (tokenizer, generation config, chat template) are copied; model files are
+ * written under temporary names and renamed when complete, config.json last. Fails with a message
+ * naming the file or tensor (a source already quantized, an unknown dtype, a write error). */
+int ink_quantize(const char *src, const char *dst, const ink_quant_opts *opts, ink_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,6 +23,7 @@ static const command commands[] = {
     {"tokenize", cmd_tokenize, "print the token ids (or pieces) of a text"},
     {"detokenize", cmd_detokenize, "print the text of comma-separated token ids"},
     {"bench", cmd_bench, "measure the machine's ceilings, kernel roofline fractions, verify cost, tok/s"},
+    {"quantize", cmd_quantize, "write a float checkpoint as MLX affine 2..8-bit or NVFP4 (mlx-community / release layout)"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server (chat, completions, SSE, MTP, metrics)"},
 };
 
