@@ -408,6 +408,7 @@ typedef struct ink_quant_opts {
     int n_rules;
     int force;                     /* write into a non-empty destination (replacing what it names) */
     uint64_t shard_bytes;          /* largest output shard before splitting (0: 5 GiB) */
+    int n_threads;                 /* quantizing threads (<= 0: the online cores); output is the same for any */
     void (*progress)(void *ctx, const ink_quant_progress *p); /* NULL: silent */
     void *ctx;
 } ink_quant_opts;

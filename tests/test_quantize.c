@@ -158,7 +158,7 @@ static void test_affine_equals_reference(void **state)
         char ref[256], out[256];
         write_src(&rs, ref, sizeof ref, "qref");
         assert_int_equal(tu_tmpdir(out, sizeof out, "qout"), 0);
-        ink_quant_opts o = {.bits = cases[c][0], .group = cases[c][1], .force = 1};
+        ink_quant_opts o = {.bits = cases[c][0], .group = cases[c][1], .force = 1, .n_threads = 1 + (int)c % 3};
         quantize_ok(src, out, &o);
         int nq = same_tensors(ref, out);
         assert_true(nq > 20);

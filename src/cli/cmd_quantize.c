@@ -17,7 +17,7 @@ static void quantize_usage(FILE *f)
     fprintf(f,
             "usage: inkling quantize -m SRC -o DST --bits B [--group-size G] [--mode affine|nvfp4]\n"
             "                        [--override GLOB=BITS[:GROUP]]... [--preset mixed_L_H] [--force]\n"
-            "                        [--shard-size GB] [-q/--quiet]\n"
+            "                        [--shard-size GB] [-t/--threads N] [-q/--quiet]\n"
             "  -m SRC            float checkpoint (BF16 release, transformers names, F32/F16); default: bundled model\n"
             "  -o DST            output directory (must be absent or empty unless --force)\n"
             "  --bits B          MLX affine bits: 2, 3, 4, 5, 6, 8 (default 4)\n"
@@ -28,6 +28,7 @@ static void quantize_usage(FILE *f)
             "  --preset P        an mlx-lm mixed recipe: mixed_2_6, mixed_3_4, mixed_3_5, mixed_3_6, mixed_3_8,\n"
             "                    mixed_4_6, mixed_4_8 (group 64; high bits for embeddings and some v/down projections)\n"
             "  --shard-size GB   largest backbone shard (default 5)\n"
+            "  -t, --threads N   quantizing threads (default: online cores; the output is the same for any N)\n"
             "  --force           write into a non-empty DST (its safetensors files are replaced)\n");
 }
 
@@ -117,6 +118,10 @@ int cmd_quantize(int argc, char **argv)
             if (!(o.preset = arg_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--shard-size")) {
             if (!(v = arg_value(argc, argv, &i)) || arg_float(a, v, 1e-6, 1e6, &shard_gb)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            long t;
+            if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 1, 1024, &t)) return 2;
+            o.n_threads = (int)t;
         } else if (!strcmp(a, "--force")) {
             o.force = 1;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {

@@ -14,6 +14,7 @@
 #include "inkling.h"
 
 #include "base/dtype.h"
+#include "base/pool.h"
 #include "load/safetensors.h"
 #include "load/tdir.h"
 #include "quant/quant.h"
@@ -65,10 +66,12 @@ typedef struct conv {
     int n_shards;        /* backbone shards */
     int has_mtp;
     uint64_t total_in, total_out, done_in, done_out;
-    float *rowf;         /* one source row as f32 */
-    uint8_t *rowq;       /* one quantized row */
-    float *rs, *rb;      /* its scales / biases */
-    uint16_t *rs16, *rb16;
+    ink_pool *pool;
+    float *rowf;         /* per thread: one source row as f32 */
+    float *rs, *rb;      /* per thread: its scales / biases */
+    uint8_t *blkq;       /* one block of rows: codes */
+    uint16_t *blks, *blkb; /* affine scales / biases in the file's dtype */
+    uint8_t *blks8;      /* NVFP4 block scales */
 } conv;
 
 static int is_float_dt(int dt) { return dt == INK_DT_F32 || dt == INK_DT_BF16 || dt == INK_DT_F16; }
@@ -488,6 +491,44 @@ static const ofile *file_of(const conv *c, const ofile *files, int i)
     return &files[c->t[i].file == F_MTP ? c->n_shards : c->t[i].shard];
 }
 
+/* Rows [r0, r0 + n) of a unit, quantized into the block buffers by the pool (each row is a
+ * function of its source row only, so the result does not depend on the threads). */
+typedef struct qjob {
+    conv *c;
+    const unit *u;
+    uint64_t r0;
+    int cols;
+    float s2;                /* NVFP4: the matrix's global scale */
+    int sdt, bdt;            /* affine: dtypes of scales and biases */
+} qjob;
+
+static void quant_rows(void *ctx, int i0, int i1, int tid)
+{
+    qjob *j = ctx;
+    conv *c = j->c;
+    const unit *u = j->u;
+    int cols = j->cols, G = cols / u->group;
+    float *rowf = c->rowf + (size_t)tid * (size_t)cols, *rs = c->rs + (size_t)tid * (size_t)cols;
+    float *rb = c->rb + (size_t)tid * (size_t)cols;
+    for (int i = i0; i < i1; i++) {
+        uint64_t r = j->r0 + (uint64_t)i;
+        widen(u->src, src_row(u, r), cols, rowf);
+        if (u->kind == U_NVFP4) {
+            ink_qnvfp4_row(rowf, cols, j->s2, c->blkq + (size_t)i * (size_t)(cols / 2), c->blks8 + (size_t)i * (size_t)G);
+            continue;
+        }
+        ink_qaffine_row(rowf, cols, u->bits, u->group, c->blkq + (size_t)i * (size_t)cols * (size_t)u->bits / 8, rs, rb);
+        for (int g = 0; g < G; g++) {
+            c->blks[(size_t)i * G + g] = narrow(j->sdt, rs[g]);
+            c->blkb[(size_t)i * G + g] = narrow(j->bdt, rb[g]);
+        }
+    }
+}
+
+/* Rows per block: about BLOCK_BYTES of f32 source. */
+#define BLOCK_BYTES (4u << 20)
+static uint64_t block_rows(int cols) { uint64_t b = BLOCK_BYTES / ((uint64_t)cols * 4); return b ? b : 1; }
+
 static int write_unit(conv *c, const unit *u, ofile *files, ink_err *err)
 {
     const ink_st_tensor *s = u->src;
@@ -503,39 +544,31 @@ static int write_unit(conv *c, const unit *u, ofile *files, ink_err *err)
             rc = pwrite_all(f, s->data + src_row(u, r) * rb, rb, o0->off + r * rb, err);
         return rc;
     }
-    if (u->kind == U_AFFINE) {
-        int G = cols / u->group;
-        size_t qb = (size_t)cols * (size_t)u->bits / 8;
-        const otensor *ts = &c->t[u->out[1]], *tb = &c->t[u->out[2]];
-        const ofile *fs = file_of(c, files, u->out[1]), *fb = file_of(c, files, u->out[2]);
-        for (uint64_t r = 0; !rc && r < rows; r++) {
-            widen(s, src_row(u, r), cols, c->rowf);
-            ink_qaffine_row(c->rowf, cols, u->bits, u->group, c->rowq, c->rs, c->rb);
-            for (int g = 0; g < G; g++) c->rs16[g] = narrow(ts->dtype, c->rs[g]), c->rb16[g] = narrow(tb->dtype, c->rb[g]);
-            rc = pwrite_all(f, c->rowq, qb, o0->off + r * qb, err);
-            if (!rc) rc = pwrite_all(fs, c->rs16, (size_t)G * 2, ts->off + r * (size_t)G * 2, err);
-            if (!rc) rc = pwrite_all(fb, c->rb16, (size_t)G * 2, tb->off + r * (size_t)G * 2, err);
-        }
-        return rc;
-    }
-    /* NVFP4: per matrix, its global scale from the matrix's amax, then its rows */
-    uint64_t E = (uint64_t)s->shape[0], R = (uint64_t)s->shape[1];
-    const otensor *ts = &c->t[u->out[1]], *t2 = &c->t[u->out[2]];
-    const ofile *fs = file_of(c, files, u->out[1]), *f2 = file_of(c, files, u->out[2]);
+    const otensor *ts = &c->t[u->out[1]], *tb = &c->t[u->out[2]];
+    const ofile *fs = file_of(c, files, u->out[1]), *fb = file_of(c, files, u->out[2]);
+    qjob j = {.c = c, .u = u, .cols = cols, .sdt = ts->dtype, .bdt = tb->dtype};
+    int G = cols / u->group;
+    size_t qb = (size_t)cols * (size_t)u->bits / 8, sb = u->kind == U_NVFP4 ? (size_t)G : (size_t)G * 2;
+    /* NVFP4 works matrix by matrix (its global scale is the matrix's amax); affine over all rows */
+    uint64_t R = u->kind == U_NVFP4 ? (uint64_t)s->shape[1] : rows, E = rows / R, B = block_rows(cols);
     for (uint64_t e = 0; !rc && e < E; e++) {
-        float amax = 0.0f;
-        for (uint64_t r = 0; r < R; r++) {
-            widen(s, e * R + r, cols, c->rowf);
-            for (int i = 0; i < cols; i++) amax = fmaxf(amax, fabsf(c->rowf[i]));
+        if (u->kind == U_NVFP4) {
+            float amax = 0.0f;
+            for (uint64_t r = 0; r < R; r++) {
+                widen(s, e * R + r, cols, c->rowf);
+                for (int i = 0; i < cols; i++) amax = fmaxf(amax, fabsf(c->rowf[i]));
+            }
+            j.s2 = ink_nvfp4_scale2(amax);
+            rc = pwrite_all(fb, &j.s2, 4, tb->off + e * 4, err);
         }
-        float s2 = ink_nvfp4_scale2(amax);
-        rc = pwrite_all(f2, &s2, 4, t2->off + e * 4, err);
-        for (uint64_t r = 0; !rc && r < R; r++) {
-            widen(s, e * R + r, cols, c->rowf);
-            ink_qnvfp4_row(c->rowf, cols, s2, c->rowq, (uint8_t *)c->rs16);
-            uint64_t row = e * R + r;
-            rc = pwrite_all(f, c->rowq, (size_t)cols / 2, o0->off + row * (size_t)(cols / 2), err);
-            if (!rc) rc = pwrite_all(fs, c->rs16, (size_t)cols / 16, ts->off + row * (size_t)(cols / 16), err);
+        for (uint64_t r0 = e * R; !rc && r0 < (e + 1) * R; r0 += B) {
+            uint64_t n = (e + 1) * R - r0 < B ? (e + 1) * R - r0 : B;
+            j.r0 = r0;
+            ink_pool_for(c->pool, (int)n, 4, quant_rows, &j);
+            rc = pwrite_all(f, c->blkq, (size_t)n * qb, o0->off + r0 * qb, err);
+            if (!rc) rc = pwrite_all(fs, u->kind == U_NVFP4 ? (void *)c->blks8 : (void *)c->blks, (size_t)n * sb,
+                                     ts->off + r0 * sb, err);
+            if (!rc && u->kind == U_AFFINE) rc = pwrite_all(fb, c->blkb, (size_t)n * sb, tb->off + r0 * sb, err);
         }
     }
     return rc;
@@ -557,11 +590,14 @@ static int write_all(conv *c, ink_err *err)
         const ink_st_tensor *s = c->u[i].src;
         if (s->ndim && s->shape[s->ndim - 1] > maxc) maxc = (int)s->shape[s->ndim - 1];
     }
-    c->rowf = malloc((size_t)maxc * sizeof *c->rowf);
-    c->rowq = malloc((size_t)maxc + 8);
-    c->rs = malloc((size_t)maxc * sizeof *c->rs), c->rb = malloc((size_t)maxc * sizeof *c->rb);
-    c->rs16 = malloc((size_t)maxc * 2 + 8), c->rb16 = malloc((size_t)maxc * 2 + 8);
-    if (!files || !ord || !c->rowf || !c->rowq || !c->rs || !c->rb || !c->rs16 || !c->rb16)
+    /* per thread: one f32 row and its scales / biases; per block: its codes, scales and biases
+     * (at most BLOCK_BYTES / 4 elements: codes <= 1 byte each, scales 2 bytes per group of >= 16) */
+    int nth = c->pool ? ink_pool_size(c->pool) : 1;
+    size_t blk = BLOCK_BYTES / 4 + (size_t)maxc;
+    c->rowf = malloc((size_t)nth * (size_t)maxc * sizeof *c->rowf);
+    c->rs = malloc((size_t)nth * (size_t)maxc * sizeof *c->rs), c->rb = malloc((size_t)nth * (size_t)maxc * sizeof *c->rb);
+    c->blkq = malloc(blk), c->blks = malloc(blk / 8 + 8), c->blkb = malloc(blk / 8 + 8), c->blks8 = malloc(blk / 16 + 8);
+    if (!files || !ord || !c->pool || !c->rowf || !c->rs || !c->rb || !c->blkq || !c->blks || !c->blkb || !c->blks8)
         rc = ink_err_set(err, INK_E_NOMEM, "out of memory");
     for (int i = 0; i < nf && files; i++) files[i].fd = -1;
     for (int i = 0; !rc && i < nf; i++) {
@@ -769,6 +805,10 @@ int ink_quantize(const char *src, const char *dst, const ink_quant_opts *opts, i
     if (!rc) rc = plan(&c, err);
     if (!rc) rc = layout(&c, err);
     if (!rc) rc = prepare_dst(&c, err);
+    if (!rc) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        c.pool = ink_pool_create(opts->n_threads > 0 ? opts->n_threads : nc > 0 ? (int)nc : 1);
+    }
     if (!rc) rc = write_all(&c, err);
     if (!rc) rc = write_index(&c, err);
     if (!rc) rc = copy_side_files(&c, err);
@@ -776,6 +816,8 @@ int ink_quantize(const char *src, const char *dst, const ink_quant_opts *opts, i
     json_decref(cfg), json_decref(c.overrides);
     for (int i = 0; i < c.n_files; i++) ink_st_close(&c.files[i]);
     for (int i = 0; i < c.nt; i++) free(c.t[i].name);
-    free(c.files), free(c.u), free(c.t), free(c.rowf), free(c.rowq), free(c.rs), free(c.rb), free(c.rs16), free(c.rb16);
+    free(c.files), free(c.u), free(c.t), free(c.rowf), free(c.rs), free(c.rb);
+    free(c.blkq), free(c.blks), free(c.blkb), free(c.blks8);
+    if (c.pool) ink_pool_free(c.pool);
     return rc;
 }
