@@ -380,6 +380,27 @@ int ink_gen_finish(ink_gen *g);
 int ink_gen_run(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,
                 int out_cap, int *n_out, ink_gen_stats *stats, ink_err *err);
 
+/* ---- per-op profile (`--profile`) ---------------------------------------------------------- */
+
+/* Parts of the forward pass a profile splits wall time into (matmul parts include their thread
+ * hand-offs; sampling is the generator's token choice). Drafter layers count in the same parts. */
+enum ink_prof_cat {
+    INK_PROF_EMBED, INK_PROF_NORM, INK_PROF_QKV, INK_PROF_CONV, INK_PROF_ATTN, INK_PROF_WO, INK_PROF_ADD,
+    INK_PROF_ROUTER, INK_PROF_EXPERT, INK_PROF_SHARED, INK_PROF_DENSE, INK_PROF_COMBINE, INK_PROF_HEAD,
+    INK_PROF_SAMPLE, INK_PROF_N
+};
+typedef struct ink_profile {
+    double seconds[INK_PROF_N];
+    unsigned long long bytes[INK_PROF_N]; /* weight bytes streamed by the part's matmuls */
+    unsigned long long calls[INK_PROF_N];
+} ink_profile;
+/* Process-wide and not synchronized: for one thread running forward passes (the CLI's). Off by
+ * default; when off it costs one branch per part. */
+void ink_profile_enable(int on);
+void ink_profile_reset(void);
+void ink_profile_get(ink_profile *out);
+const char *ink_profile_name(int cat); /* static string */
+
 /* ---- quantization: a checkpoint converted to MLX affine or NVFP4 ------------------------- */
 
 enum ink_quant_mode { INK_QUANT_AFFINE = 0, INK_QUANT_NVFP4 = 1 };

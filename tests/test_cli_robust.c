@@ -16,6 +16,7 @@
 #include "support/util.h"
 
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,6 +298,41 @@ static void test_request_nul_message(void **state)
     free(S);
 }
 
+/* --profile (issue 15): the same ids as without it; the table on stderr; in --stats-json a part
+ * list whose times sum to no more than the decode time, with the matmul parts' weight bytes. */
+static void test_profile(void **state)
+{
+    (void)state;
+    char dir[256], sj[600];
+    tiny_model(dir, sizeof dir, "prof", 1);
+    snprintf(sj, sizeof sj, "%s/stats.json", dir);
+    const char *bin = tu_bin();
+    assert_int_equal(run("%s generate -m %s --prompt-ids 1,2,3 -n 24 --temp 0 --ids -t 1", bin, dir), 0);
+    char plain[4096];
+    snprintf(plain, sizeof plain, "%s", out);
+    assert_int_equal(run("%s generate -m %s --prompt-ids 1,2,3 -n 24 --temp 0 --ids -t 1 --profile --stats-json %s", bin, dir, sj), 0);
+    assert_string_equal(out, plain);
+    expect_err("profile of decode");
+    expect_err("routed experts");
+    json_t *j = json_load_file(sj, 0, NULL);
+    assert_non_null(j);
+    json_t *pr = json_object_get(j, "profile"), *parts = json_object_get(pr, "parts");
+    assert_true(json_array_size(parts) >= 10);
+    double sum = 0, dec = json_real_value(json_object_get(j, "decode_s"));
+    int bytes_parts = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(parts, i, e) {
+        double sec = json_real_value(json_object_get(e, "seconds"));
+        assert_true(sec >= 0);
+        sum += sec;
+        bytes_parts += json_integer_value(json_object_get(e, "weight_bytes")) > 0;
+    }
+    assert_true(bytes_parts >= 5); /* q k v r, o, router, experts, shared, dense, head */
+    assert_true(sum > 0 && sum <= dec * 1.001 + 1e-6);
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +344,7 @@ int main(void)
         cmocka_unit_test(test_options_that_do_not_apply),
         cmocka_unit_test(test_default_model_path_canonical),
         cmocka_unit_test(test_request_nul_message),
+        cmocka_unit_test(test_profile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

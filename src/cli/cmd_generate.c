@@ -6,6 +6,7 @@
  * go to stderr with --show-reasoning, and a timing line like llama.cpp's ends on stderr. Ctrl-C
  * stops generation cleanly and still prints the statistics. */
 #include "cli/args.h"
+#include "cli/profile.h"
 #include "cli/cli.h"
 #include "inkling.h"
 #include "tok/chat.h"
@@ -36,7 +37,7 @@ typedef struct gargs {
     cli_sampling smp;
     cli_engine en; /* draft kind, block size (0: auto), draft vocabulary: flags, then inkling.json */
     int raw, special, show_reasoning, stop_eos, capture; /* capture: 1 capture-and-commit, 0 restore + replay */
-    int set_mtp_mode, set_rollback, check_tensors;
+    int set_mtp_mode, set_rollback, check_tensors, profile;
     int activations; /* enum ink_activations (0: auto) */
 } gargs;
 
@@ -69,7 +70,8 @@ static void usage(FILE *f, const char *cmd)
             "            --frequency-penalty F  --presence-penalty P  --seed S  --stop-eos | --ignore-eos\n"
             "  drafting: --draft-kind auto|none|mtp  --draft-model DIR  --draft-block-size auto|K  --draft-max K\n"
             "            --mtp-mode per-depth|compat  --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
-            "  model:    -t/--threads N  -c N  --check-tensors  --activations auto|f32|int8   (without -m: the bundled default model)\n",
+            "  model:    -t/--threads N  -c N  --check-tensors  --activations auto|f32|int8   (without -m: the bundled default model)\n"
+            "  profile:  --profile (per-op time of decode on stderr, and in --stats-json)\n",
             cmd);
 }
 
@@ -143,6 +145,7 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
         else if (!strcmp(o, "--stats-json")) { VAL(); a->stats_path = v; }
         else if (!strcmp(o, "--trace")) { VAL(); a->trace_path = v; }
         else if (!strcmp(o, "--check-tensors")) a->check_tensors = 1;
+        else if (!strcmp(o, "--profile")) a->profile = 1;
         else if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             usage(stdout, cmd);
             return -1;
@@ -209,6 +212,7 @@ typedef struct sink {
     ink_detok *dt;
     ink_chat_parser *cp;  /* chat mode */
     int show_reasoning, in_thinking, printed;
+    int profile, n_seen;  /* --profile: counters reset at the first token (the profile is of decode) */
     ink_tokens reply;     /* ids of this reply (chat history) */
 } sink;
 
@@ -228,6 +232,7 @@ static void out_text(sink *k, int thinking, const char *t, size_t n)
 static void on_token(void *ud, int32_t id)
 {
     sink *k = ud;
+    if (k->profile && k->n_seen++ == 0) ink_profile_reset();
     if (!k->tok) return;
     ink_tokens_push(&k->reply, id, NULL);
     if (k->cp) {
@@ -291,7 +296,8 @@ static void write_controller(FILE *f, const ink_gen_stats *st)
     fprintf(f, "}\n}\n");
 }
 
-static int write_stats(const char *path, const ink_gen_stats *st, const char *mode, int depth, long dvocab, int capture)
+static int write_stats(const char *path, const ink_gen_stats *st, const char *mode, int depth, long dvocab, int capture,
+                       int profile)
 {
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -325,6 +331,7 @@ static int write_stats(const char *path, const ink_gen_stats *st, const char *mo
             st->generated_tokens > 0 ? st->generated_tokens - 1 : 0,
             st->generated_tokens > 0 ? st->generated_tokens - 1 - st->round_emitted + st->rounds : 0, dvocab,
             capture ? "commit" : "replay");
+    if (profile) cli_profile_json(f, st);
     write_controller(f, st);
     return fclose(f) != 0;
 }
@@ -468,7 +475,8 @@ static int generate_once(run *r, const int32_t *ids, int n_ids, int text_mode, i
         free(out);
         return (fprintf(stderr, "inkling: %s: cannot open for writing\n", a->trace_path), 1);
     }
-    sink k = {.trace = trace, .show_reasoning = a->show_reasoning};
+    sink k = {.trace = trace, .show_reasoning = a->show_reasoning, .profile = a->profile};
+    ink_profile_enable(a->profile);
     int rc = 0;
     if (text_mode) {
         k.tok = r->tok;
@@ -523,8 +531,9 @@ static int generate_once(run *r, const int32_t *ids, int n_ids, int text_mode, i
     if (!rc || grc == INK_E_CANCELLED) {
         if (grc == INK_E_CANCELLED) fprintf(stderr, "(interrupted)\n");
         print_timings(&st, r->d != NULL, a->mtp_mode);
+        if (a->profile) cli_profile_print(stderr, &st);
         if (a->stats_path && write_stats(a->stats_path, &st, r->d ? a->mtp_mode : "none", r->d ? ink_drafter_n_depth(r->d) : 0,
-                                         r->d ? a->en.dvocab : 0, a->capture))
+                                         r->d ? a->en.dvocab : 0, a->capture, a->profile))
             rc = 1;
     }
     if (trace && fclose(trace)) rc = (fprintf(stderr, "inkling: %s: write failed\n", a->trace_path), 1);

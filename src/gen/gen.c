@@ -17,6 +17,7 @@
  * in rings of RING positions. Committed depth rows advance through a chunked pipeline (depth m never
  * runs more than CH rows ahead of what depth m+1 has consumed), interleaved with the prefill, so a
  * long prompt never needs more than about 2 CH rows of any ring. */
+#include "base/prof.h"
 #include "base/clock.h"
 #include "draft/mtp.h"
 #include "gen/accept.h"
@@ -109,17 +110,24 @@ static float margin_of(const float *l, int n)
 static void dist(gen *g, const float *logits, int n_hist, float *p)
 {
     ink_sample_scratch scr = {g->idx, g->work};
-    ink_sample_dist(&g->o->sampling, logits, g->V, g->seq, n_hist, p, &scr);
+    INK_PROF(INK_PROF_SAMPLE, 0, ink_sample_dist(&g->o->sampling, logits, g->V, g->seq, n_hist, p, &scr));
 }
 
 /* Greedy choice (argmax of the penalised logits). */
-static int32_t greedy_pick(gen *g, const float *logits, int n_hist)
+static int32_t greedy_pick_run(gen *g, const float *logits, int n_hist)
 {
     const ink_sampling *c = &g->o->sampling;
     if (!ink_sample_penalties_on(c) || n_hist == 0) return ink_argmax(logits, g->V); /* no copy when off */
     memcpy(g->work, logits, (size_t)g->V * sizeof(float));
     ink_sample_penalize(c, g->work, g->V, g->seq, n_hist, g->idx);
     return ink_argmax(g->work, g->V);
+}
+
+static int32_t greedy_pick(gen *g, const float *logits, int n_hist)
+{
+    int32_t t;
+    INK_PROF(INK_PROF_SAMPLE, 0, t = greedy_pick_run(g, logits, n_hist));
+    return t;
 }
 
 /* Draws a token with the request's sampler; q (if not NULL) gets the distribution it came from. */

@@ -6,6 +6,7 @@
  *   over key offsets, P.V keys in ascending position), whatever tile the query lands in;
  *   MoE: per token, routed experts in ascending expert id, then shared experts in id order, each
  *   contribution weighted after its down projection. */
+#include "base/prof.h"
 #include "model/model.h"
 
 #include <float.h>
@@ -175,6 +176,8 @@ static void attend(const ink_layer_env *env, const ink_layer_w *w, ink_layer_cac
     else ink_pool_run(env->pool, attn_task, &a);
 }
 
+static void kv_convs(const ink_layer_w *w, const ink_seg *sg, int n_seg, ink_scratch *s, int kw, int K);
+
 /* Projections over all rows (one pass over the weights), then per segment: captured conv inputs,
  * the k / v short convolutions with that segment's states, the cache append and the attention. */
 static void attention(const ink_layer_env *env, const ink_layer_w *w, const ink_seg *sg, int n_seg, int T,
@@ -183,10 +186,29 @@ static void attention(const ink_layer_env *env, const ink_layer_w *w, const ink_
     const ink_config *cfg = env->cfg;
     const ink_layer_cfg *l = &w->cfg;
     int H = cfg->hidden, nh = l->n_head, nkv = l->n_kv, d = l->head_dim, K = cfg->conv_k, kw = nkv * d;
-    ink_matmul(env->pool, &w->at.wq, s->a, H, T, s->q, nh * d);
-    ink_matmul(env->pool, &w->at.wk, s->a, H, T, s->k, kw);
-    ink_matmul(env->pool, &w->at.wv, s->a, H, T, s->v, kw);
-    ink_matmul(env->pool, &w->at.wr, s->a, H, T, s->r, nh * cfg->d_rel);
+    size_t qb = ink_prof_on ? ink_mat_bytes(&w->at.wq) + ink_mat_bytes(&w->at.wk) + ink_mat_bytes(&w->at.wv) +
+                                  ink_mat_bytes(&w->at.wr)
+                            : 0;
+    INK_PROF(INK_PROF_QKV, qb, {
+        ink_matmul(env->pool, &w->at.wq, s->a, H, T, s->q, nh * d);
+        ink_matmul(env->pool, &w->at.wk, s->a, H, T, s->k, kw);
+        ink_matmul(env->pool, &w->at.wv, s->a, H, T, s->v, kw);
+        ink_matmul(env->pool, &w->at.wr, s->a, H, T, s->r, nh * cfg->d_rel);
+    });
+    INK_PROF(INK_PROF_CONV, 0, kv_convs(w, sg, n_seg, s, kw, K));
+    INK_PROF(INK_PROF_NORM, 0, {
+        head_norm(s->q, w->at.q_norm, T, nh, d, cfg->eps);
+        head_norm(s->k, w->at.k_norm, T, nkv, d, cfg->eps);
+    });
+    INK_PROF(INK_PROF_ATTN, 0, for (int i = 0; i < n_seg; i++) attend(env, w, sg[i].c, sg[i].pos0, sg[i].t0, sg[i].T, s));
+    INK_PROF(INK_PROF_WO, ink_prof_on ? ink_mat_bytes(&w->at.wo) : 0,
+             ink_matmul(env->pool, &w->at.wo, s->o, nh * d, T, s->u, H));
+}
+
+/* The k / v short convolutions of every segment with its states (capturing their inputs first when
+ * the cache captures). */
+static void kv_convs(const ink_layer_w *w, const ink_seg *sg, int n_seg, ink_scratch *s, int kw, int K)
+{
     for (int i = 0; i < n_seg; i++) {
         ink_layer_cache *c = sg[i].c;
         float *k = s->k + (size_t)sg[i].t0 * kw, *v = s->v + (size_t)sg[i].t0 * kw;
@@ -198,10 +220,6 @@ static void attention(const ink_layer_env *env, const ink_layer_w *w, const ink_
         ink_sconv(w->at.k_conv, c->conv[0], k, k, sg[i].T, kw, K, s->ext);
         ink_sconv(w->at.v_conv, c->conv[1], v, v, sg[i].T, kw, K, s->ext);
     }
-    head_norm(s->q, w->at.q_norm, T, nh, d, cfg->eps);
-    head_norm(s->k, w->at.k_norm, T, nkv, d, cfg->eps);
-    for (int i = 0; i < n_seg; i++) attend(env, w, sg[i].c, sg[i].pos0, sg[i].t0, sg[i].T, s);
-    ink_matmul(env->pool, &w->at.wo, s->o, nh * d, T, s->u, H);
 }
 
 /* ---- MLPs ------------------------------------------------------------------------------ */
@@ -209,13 +227,21 @@ static void attention(const ink_layer_env *env, const ink_layer_w *w, const ink_
 static float silu(float z) { return z / (1.0f + expf(-z)); }
 
 /* out[T][H] = down(silu(gate x) * up x) for rows x[T][H]. */
-static void swiglu(const ink_layer_env *env, const ink_ffn_w *f, const float *x, int T, float *out, ink_scratch *s)
+static void swiglu_run(const ink_layer_env *env, const ink_ffn_w *f, const float *x, int T, float *out, ink_scratch *s)
 {
     int H = env->cfg->hidden, I = f->gate.rows;
     ink_matmul(env->pool, &f->gate, x, H, T, s->ffn, I);
     ink_matmul(env->pool, &f->up, x, H, T, s->ffn2, I);
     for (size_t i = 0; i < (size_t)T * I; i++) s->ffn[i] = silu(s->ffn[i]) * s->ffn2[i];
     ink_matmul(env->pool, &f->down, s->ffn, I, T, out, H);
+}
+
+/* The same, profiled as part `cat` (routed experts, shared experts or the dense MLP). */
+static void swiglu(const ink_layer_env *env, const ink_ffn_w *f, const float *x, int T, float *out, ink_scratch *s,
+                   int cat)
+{
+    size_t b = ink_prof_on ? ink_mat_bytes(&f->gate) + ink_mat_bytes(&f->up) + ink_mat_bytes(&f->down) : 0;
+    INK_PROF(cat, b, swiglu_run(env, f, x, T, out, s));
 }
 
 /* Router for one token (inkling-text.md §3.7): chosen ids (in selection order: higher score first,
@@ -250,12 +276,15 @@ static void moe(const ink_layer_env *env, const ink_layer_w *w, const float *x, 
 {
     const ink_config *c = env->cfg;
     int H = c->hidden, E = c->n_expert, k = c->n_expert_used, S = c->n_shared, ER = E + S;
-    ink_matmul(env->pool, &w->router, x, H, T, s->logits_r, ER);
-    /* route every token; logits_r row t is reused to hold its k chosen ids and k+S weights */
     int *chosen = s->route_ids, *rows = s->rows, KS = k + S;
     float *wt = s->route_w, *rw = s->row_w;
-    for (int t = 0; t < T; t++)
-        ink_route(c, s->logits_r + (size_t)t * ER, w->router_bias, w->router_scale, chosen + t * k, wt + t * KS);
+    INK_PROF(INK_PROF_ROUTER, ink_prof_on ? ink_mat_bytes(&w->router) : 0, {
+        ink_matmul(env->pool, &w->router, x, H, T, s->logits_r, ER);
+        /* route every token: its k chosen ids and k+S mixture weights */
+        for (int t = 0; t < T; t++)
+            ink_route(c, s->logits_r + (size_t)t * ER, w->router_bias, w->router_scale, chosen + t * k, wt + t * KS);
+    });
+    double t0 = ink_prof_on ? ink_now_s() : 0, t_ffn = 0;
     memset(out, 0, (size_t)T * H * sizeof(float));
     float *gx = s->moe_acc, *gy = s->moe_acc + (size_t)s->chunk * H;
     for (int e = 0; e < E + S; e++) {
@@ -269,13 +298,16 @@ static void moe(const ink_layer_env *env, const ink_layer_w *w, const float *x, 
         }
         if (!n) continue;
         for (int i = 0; i < n; i++) memcpy(gx + (size_t)i * H, x + (size_t)rows[i] * H, (size_t)H * sizeof(float));
-        swiglu(env, e < E ? &w->experts[e] : &w->shared[e - E], gx, n, gy, s);
+        double tf = ink_prof_on ? ink_now_s() : 0;
+        swiglu(env, e < E ? &w->experts[e] : &w->shared[e - E], gx, n, gy, s, e < E ? INK_PROF_EXPERT : INK_PROF_SHARED);
+        if (ink_prof_on) t_ffn += ink_now_s() - tf;
         for (int i = 0; i < n; i++) {
             float *o = out + (size_t)rows[i] * H;
             const float *y = gy + (size_t)i * H;
             for (int h = 0; h < H; h++) o[h] += rw[i] * y[h];
         }
     }
+    if (ink_prof_on) ink_prof_add(INK_PROF_COMBINE, ink_now_s() - t0 - t_ffn, 0); /* the rest of the MoE */
 }
 
 /* ---- layer ----------------------------------------------------------------------------- */
@@ -292,23 +324,34 @@ static void sconv_segs(const float *wconv, int i, const ink_seg *sg, int n_seg, 
     }
 }
 
+static void add_rows(float *x, const float *u, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] += u[i];
+}
+
+static void norm_rows(float *out, const float *x, const float *w, int T, int H, float eps)
+{
+    for (int t = 0; t < T; t++) ink_rmsnorm(out + (size_t)t * H, x + (size_t)t * H, w, H, eps);
+}
+
 void ink_layer_forward_segs(const ink_layer_env *env, const ink_layer_w *w, const ink_seg *sg, int n_seg, float *x,
                             int T, ink_scratch *s)
 {
     const ink_config *cfg = env->cfg;
     int H = cfg->hidden, K = cfg->conv_k;
-    for (int t = 0; t < T; t++) ink_rmsnorm(s->a + (size_t)t * H, x + (size_t)t * H, w->attn_norm, H, cfg->eps);
+    size_t n = (size_t)T * H;
+    INK_PROF(INK_PROF_NORM, 0, norm_rows(s->a, x, w->attn_norm, T, H, cfg->eps));
     attention(env, w, sg, n_seg, T, s);
-    sconv_segs(w->attn_conv, 2, sg, n_seg, s->u, H, K, s->ext);
-    for (size_t i = 0; i < (size_t)T * H; i++) x[i] += s->u[i];
-    for (int t = 0; t < T; t++) ink_rmsnorm(s->a + (size_t)t * H, x + (size_t)t * H, w->mlp_norm, H, cfg->eps);
+    INK_PROF(INK_PROF_CONV, 0, sconv_segs(w->attn_conv, 2, sg, n_seg, s->u, H, K, s->ext));
+    INK_PROF(INK_PROF_ADD, 0, add_rows(x, s->u, n));
+    INK_PROF(INK_PROF_NORM, 0, norm_rows(s->a, x, w->mlp_norm, T, H, cfg->eps));
     if (w->cfg.moe) moe(env, w, s->a, T, s->u, s);
     else {
-        swiglu(env, &w->dense, s->a, T, s->u, s);
-        for (size_t i = 0; i < (size_t)T * H; i++) s->u[i] *= w->dense_scale;
+        swiglu(env, &w->dense, s->a, T, s->u, s, INK_PROF_DENSE);
+        INK_PROF(INK_PROF_ADD, 0, for (size_t i = 0; i < n; i++) s->u[i] *= w->dense_scale);
     }
-    sconv_segs(w->mlp_conv, 3, sg, n_seg, s->u, H, K, s->ext);
-    for (size_t i = 0; i < (size_t)T * H; i++) x[i] += s->u[i];
+    INK_PROF(INK_PROF_CONV, 0, sconv_segs(w->mlp_conv, 3, sg, n_seg, s->u, H, K, s->ext));
+    INK_PROF(INK_PROF_ADD, 0, add_rows(x, s->u, n));
 }
 
 void ink_layer_forward(const ink_layer_env *env, const ink_layer_w *w, ink_layer_cache *c, int pos0, float *x, int T,
@@ -334,7 +377,7 @@ void ink_lm_head(const ink_model *m, const float *x, int T, float *logits, float
     for (size_t i = 0; i < (size_t)T * H; i++) tmp[i] = x[i] / m->cfg.mup;
     ink_mat head = m->unembed;
     head.rows = Vu;
-    ink_matmul(m->pool, &head, tmp, H, T, logits, Vu);
+    INK_PROF(INK_PROF_HEAD, ink_prof_on ? ink_mat_bytes(&head) : 0, ink_matmul(m->pool, &head, tmp, H, T, logits, Vu));
 }
 
 void ink_forward_chunk(const ink_model *m, ink_layer_cache *lc, ink_scratch *sc, int pos, const int32_t *tok, int n,
@@ -343,7 +386,7 @@ void ink_forward_chunk(const ink_model *m, ink_layer_cache *lc, ink_scratch *sc,
     const ink_config *c = &m->cfg;
     int H = c->hidden, Vu = c->vocab_unpadded, L = c->n_layer;
     const ink_layer_env env = {c, m->pool};
-    ink_embed(m, tok, n, x);
+    INK_PROF(INK_PROF_EMBED, 0, ink_embed(m, tok, n, x));
     if (out->embeddings) memcpy(out->embeddings + (size_t)t0 * H, x, (size_t)n * H * sizeof(float));
     for (int l = 0; l < L; l++) {
         ink_layer_forward(&env, &m->layers[l], &lc[l], pos, x, n, sc);
@@ -352,7 +395,7 @@ void ink_forward_chunk(const ink_model *m, ink_layer_cache *lc, ink_scratch *sc,
     if (out->hidden_prenorm) memcpy(out->hidden_prenorm + (size_t)t0 * H, x, (size_t)n * H * sizeof(float));
     int last = t0 + n == T;
     if (!out->hidden_postnorm && !(out->logits && (out->all_logits || last))) return;
-    for (int t = 0; t < n; t++) ink_rmsnorm(xn + (size_t)t * H, x + (size_t)t * H, m->norm, H, c->eps);
+    INK_PROF(INK_PROF_NORM, 0, norm_rows(xn, x, m->norm, n, H, c->eps));
     if (out->hidden_postnorm) memcpy(out->hidden_postnorm + (size_t)t0 * H, xn, (size_t)n * H * sizeof(float));
     if (out->logits && out->all_logits) ink_lm_head(m, xn, n, out->logits + (size_t)t0 * Vu, tmp);
     else if (out->logits && last) ink_lm_head(m, xn + (size_t)(n - 1) * H, 1, out->logits, tmp);
