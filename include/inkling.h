@@ -183,6 +183,7 @@ int ink_session_eval(ink_session *s, const int32_t *tokens, int T, ink_eval_out 
 typedef struct ink_batch ink_batch;
 int ink_batch_create(ink_batch **out, ink_model *m, int max_rows, int n_ctx, ink_err *err);
 void ink_batch_free(ink_batch *b);
+int ink_batch_max_rows(const ink_batch *b);
 int ink_batch_eval(ink_batch *b, ink_session *const *sessions, const int32_t *const *tokens, const int *n_tokens,
                    const ink_eval_out *outs, int n, ink_err *err);
 
@@ -375,6 +376,14 @@ typedef struct ink_gen_verify {
 } ink_gen_verify;
 int ink_gen_step_begin(ink_gen *g, ink_gen_verify *v, ink_err *err);
 int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err);
+/* Lockstep: one round of every generator in gens[0..n) that is neither done nor prefilling, their
+ * verify rows evaluated together by ink_batch_eval on `b` in as few forwards as its row limit
+ * allows (generators in order). errs[i] (errs may be NULL) receives generator i's failure, which
+ * ends its run; the others go on. Returns how many generators ran a round (0: none could). Each
+ * generator's output is bitwise what ink_gen_step alone would give (tests/test_batch.c). At most
+ * INK_STEP_MANY_MAX generators per call; never allocates. */
+#define INK_STEP_MANY_MAX 64
+int ink_gen_step_many(ink_batch *b, ink_gen *const *gens, int n, ink_err *errs);
 /* Ends the run: final statistics; returns the run's status (INK_OK or a failed step's code). */
 int ink_gen_finish(ink_gen *g);
 int ink_gen_run(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,

@@ -160,21 +160,11 @@ static void test_generators_batched_equal_alone(void **state)
             assert_int_equal(rc, 0);
             assert_int_equal(pieces, (P[i] - 1) / 5);
         }
-        for (;;) {
-            ink_gen_verify v[G];
-            ink_session *ss[G];
-            const int32_t *tp[G];
-            int T[G], which[G], n = 0;
-            ink_eval_out outs[G];
-            for (int i = 0; i < G; i++) {
-                int rc = ink_gen_step_begin(g[i], &v[n], &e);
-                assert_true(rc >= 0);
-                if (rc == 1) ss[n] = v[n].session, tp[n] = v[n].tokens, T[n] = v[n].n_tokens, outs[n] = v[n].out, which[n++] = i;
-            }
-            if (!n) break;
-            int rc = ink_batch_eval(bt, ss, tp, T, outs, n, &e);
-            for (int k = 0; k < n; k++) assert_int_equal(ink_gen_step_end(g[which[k]], rc, &e), 0);
-        }
+        ink_err errs[G];
+        memset(errs, 0, sizeof errs);
+        while (ink_gen_step_many(bt, g, G, errs) > 0) {}
+        for (int i = 0; i < G; i++)
+            if (errs[i].code) fail_msg("generator %d: %s", i, errs[i].msg);
         for (int i = 0; i < G; i++) {
             int n_out = ink_gen_n_out(g[i]);
             assert_int_equal(ink_gen_finish(g[i]), 0);

@@ -92,22 +92,10 @@ int main(int argc, char **argv)
         for (int i = 0; i < B; i++)
             if (ink_gen_start(g[i], p[i], 16, &o[i], out[i], N, NULL, &e)) return die(&e);
         double t1 = now();
-        for (;;) {
-            ink_gen_verify v[MAXB];
-            ink_session *ss[MAXB];
-            const int32_t *tp[MAXB];
-            int T[MAXB], which[MAXB], n = 0;
-            ink_eval_out vo[MAXB];
-            for (int i = 0; i < B; i++) {
-                int rc = ink_gen_step_begin(g[i], &v[n], &e);
-                if (rc < 0) return die(&e);
-                if (rc == 1) ss[n] = v[n].session, tp[n] = v[n].tokens, T[n] = v[n].n_tokens, vo[n] = v[n].out, which[n++] = i;
-            }
-            if (!n) break;
-            int rc = ink_batch_eval(bt, ss, tp, T, vo, n, &e);
-            for (int k = 0; k < n; k++)
-                if (ink_gen_step_end(g[which[k]], rc, &e)) return die(&e);
-        }
+        ink_err errs[MAXB] = {{0}};
+        while (ink_gen_step_many(bt, g, B, errs) > 0) {}
+        for (int i = 0; i < B; i++)
+            if (errs[i].code) return die(&errs[i]);
         double tb = now() - t1; /* decode only: the prefills ran before t1 */
         long btok = 0;
         for (int i = 0; i < B; i++) {

@@ -795,6 +795,37 @@ fail:
     return rc;
 }
 
+int ink_gen_step_many(ink_batch *b, ink_gen *const *gens, int n, ink_err *errs)
+{
+    ink_gen_verify v[INK_STEP_MANY_MAX];
+    int who[INK_STEP_MANY_MAX], m = 0, cap = ink_batch_max_rows(b);
+    ink_err scratch = {0};
+    if (n > INK_STEP_MANY_MAX) n = INK_STEP_MANY_MAX;
+    for (int i = 0; i < n; i++) {
+        if (!gens[i] || ink_gen_done(gens[i]) || ink_gen_prefilling(gens[i])) continue;
+        if (ink_gen_step_begin(gens[i], &v[m], errs ? &errs[i] : &scratch) == 1) who[m++] = i;
+    }
+    for (int g0 = 0; g0 < m;) {
+        ink_session *ss[INK_STEP_MANY_MAX];
+        const int32_t *tp[INK_STEP_MANY_MAX];
+        int T[INK_STEP_MANY_MAX], rows = 0, k = 0;
+        ink_eval_out outs[INK_STEP_MANY_MAX];
+        while (g0 + k < m && (k == 0 || rows + v[g0 + k].n_tokens <= cap)) {
+            ss[k] = v[g0 + k].session, tp[k] = v[g0 + k].tokens, T[k] = v[g0 + k].n_tokens, outs[k] = v[g0 + k].out;
+            rows += T[k++];
+        }
+        ink_err e = {0};
+        int rc = ink_batch_eval(b, ss, tp, T, outs, k, &e);
+        for (int i = 0; i < k; i++) {
+            ink_err *ge = errs ? &errs[who[g0 + i]] : &scratch;
+            if (rc && !ge->code) *ge = e;
+            ink_gen_step_end(gens[who[g0 + i]], rc, ge);
+        }
+        g0 += k;
+    }
+    return m;
+}
+
 int ink_gen_step(ink_gen *g, ink_err *err)
 {
     ink_gen_verify v;

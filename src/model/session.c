@@ -150,6 +150,8 @@ int ink_batch_create(ink_batch **out, ink_model *m, int max_rows, int n_ctx, ink
     return INK_OK;
 }
 
+int ink_batch_max_rows(const ink_batch *b) { return b->max_rows; }
+
 void ink_batch_free(ink_batch *b)
 {
     if (!b) return;

@@ -322,8 +322,9 @@ static void job_begin(ink_server *S, srv_slot *sl, srv_job *j)
  * most batch_rows rows (a row's result does not depend on the batch: tests/test_batch.c). */
 static void step_slots(ink_server *S)
 {
-    srv_slot *run[64];
-    ink_gen_verify v[64];
+    srv_slot *run[INK_STEP_MANY_MAX];
+    ink_gen *gens[INK_STEP_MANY_MAX];
+    ink_err errs[INK_STEP_MANY_MAX];
     int n = 0, budget = PREFILL_ROWS;
     /* prefills first, at most PREFILL_ROWS prompt rows per step in all, so that a long prompt does
      * not stall the slots that are decoding */
@@ -335,31 +336,13 @@ static void step_slots(ink_server *S)
         ink_gen_prefill(sl->gen, budget, &sl->e); /* a failure ends the run: slot_finished sees it */
         budget = 0;
     }
-    for (int i = 0; i < S->n_slots; i++) {
+    for (int i = 0; i < S->n_slots && n < INK_STEP_MANY_MAX; i++) {
         srv_slot *sl = &S->slots[i];
-        if (!sl->j || !sl->started || ink_gen_prefilling(sl->gen) || ink_gen_done(sl->gen)) continue;
-        int rc = ink_gen_step_begin(sl->gen, &v[n], &sl->e);
-        if (rc == 1) run[n++] = sl;
-        if (n == 64) break;
+        if (!sl->j || !sl->started) continue;
+        run[n] = sl, gens[n] = sl->gen, errs[n++] = sl->e;
     }
-    for (int g0 = 0; g0 < n;) {
-        ink_session *ss[64];
-        const int32_t *tp[64];
-        int T[64], rows = 0, k = 0;
-        ink_eval_out outs[64];
-        while (g0 + k < n && rows + v[g0 + k].n_tokens <= S->batch_rows) {
-            ss[k] = v[g0 + k].session, tp[k] = v[g0 + k].tokens, T[k] = v[g0 + k].n_tokens, outs[k] = v[g0 + k].out;
-            rows += T[k++];
-        }
-        ink_err e = {0};
-        int rc = ink_batch_eval(S->batch, ss, tp, T, outs, k, &e);
-        for (int i = 0; i < k; i++) {
-            srv_slot *sl = run[g0 + i];
-            if (rc && !sl->e.code) sl->e = e;
-            ink_gen_step_end(sl->gen, rc, &sl->e);
-        }
-        g0 += k;
-    }
+    ink_gen_step_many(S->batch, gens, n, errs);
+    for (int i = 0; i < n; i++) run[i]->e = errs[i];
 }
 
 /* A finished slot's job: final statistics, metrics, the log line and the response. */
