@@ -376,14 +376,24 @@ typedef struct ink_gen_verify {
 } ink_gen_verify;
 int ink_gen_step_begin(ink_gen *g, ink_gen_verify *v, ink_err *err);
 int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err);
-/* Lockstep: one round of every generator in gens[0..n) that is neither done nor prefilling, their
- * verify rows evaluated together by ink_batch_eval on `b` in as few forwards as its row limit
- * allows (generators in order). errs[i] (errs may be NULL) receives generator i's failure, which
+/* Lockstep: one round of every generator in gens[0..n) that is not done, their verify rows
+ * evaluated together by ink_batch_eval on `b` in as few forwards as its row limit allows
+ * (generators in order). Prefilling generators feed prompt rows instead, at most prefill_rows in
+ * all per call: one chunk each in the same forwards as the rounds (the weights are read once for
+ * both), then further chunks on their own while the budget lasts. errs[i] (errs may be NULL) receives generator i's failure, which
  * ends its run; the others go on. Returns how many generators ran a round (0: none could). Each
  * generator's output is bitwise what ink_gen_step alone would give (tests/test_batch.c). At most
  * INK_STEP_MANY_MAX generators per call; never allocates. */
 #define INK_STEP_MANY_MAX 64
-int ink_gen_step_many(ink_batch *b, ink_gen *const *gens, int n, ink_err *errs);
+int ink_gen_step_many(ink_batch *b, ink_gen *const *gens, int n, int prefill_rows, ink_err *errs);
+/* The prompt in chunks handed out like verify rows (what ink_gen_step_many batches): begin
+ * describes the next chunk (at most max_rows, at most one forward's worth, ending on the prompt
+ * cache's checkpoint positions) and returns 1, or 0 when the run is not prefilling; the caller
+ * evaluates it and calls end with the evaluation's status, which returns 1 while prompt rows
+ * remain, 0 when the prompt is done (the first token emitted), or an error (the run is done).
+ * Bitwise the same as ink_gen_prefill. */
+int ink_gen_prefill_begin(ink_gen *g, int max_rows, ink_gen_verify *v, ink_err *err);
+int ink_gen_prefill_end(ink_gen *g, int eval_rc, ink_err *err);
 /* Ends the run: final statistics; returns the run's status (INK_OK or a failed step's code). */
 int ink_gen_finish(ink_gen *g);
 int ink_gen_run(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_opts *opts, int32_t *out,

@@ -114,7 +114,8 @@ static void run_mix(int quant, int threads)
 
 /* Generators stepped in lockstep with their verify rows in one ink_batch_eval (what a server's slots
  * do) emit exactly what each emits alone: plain, fixed K in both modes and auto K; greedy, and
- * sampled with a fixed seed (fixed K: the same uniforms are drawn). */
+ * sampled with a fixed seed (fixed K: the same uniforms are drawn); with prompts prefilled apart in
+ * pieces, and prefilled inside the lockstep with their chunks batched with the others' rounds. */
 static void test_generators_batched_equal_alone(void **state)
 {
     (void)state;
@@ -140,7 +141,10 @@ static void test_generators_batched_equal_alone(void **state)
     }
     ink_batch *bt;
     assert_int_equal(ink_batch_create(&bt, m, G * 8, 512, &e), 0);
-    for (int temp = 0; temp < 2; temp++) {
+    for (int pass = 0; pass < 4; pass++) {
+        /* passes 2, 3: generators 1 and 3 prefill inside ink_gen_step_many, 7 prompt rows per step,
+         * their chunks in the same forwards as the other generators' rounds */
+        int temp = pass & 1, merged = pass >> 1;
         ink_gen_opts o[G];
         int32_t p[G][30], out[G][N], ref[N];
         int P[G];
@@ -155,6 +159,7 @@ static void test_generators_batched_equal_alone(void **state)
             if (temp && i == 3) o[i].block_size = 2;
             /* the prefill in pieces of 5 rows (as a server spreads it over steps): same results */
             assert_int_equal(ink_gen_begin(g[i], p[i], P[i], &o[i], out[i], N, NULL, &e), 0);
+            if (merged && i % 2) continue;
             int rc, pieces = 0;
             while ((rc = ink_gen_prefill(g[i], 5, &e)) == 1) pieces++;
             assert_int_equal(rc, 0);
@@ -162,7 +167,7 @@ static void test_generators_batched_equal_alone(void **state)
         }
         ink_err errs[G];
         memset(errs, 0, sizeof errs);
-        while (ink_gen_step_many(bt, g, G, errs) > 0) {}
+        while (ink_gen_step_many(bt, g, G, merged ? 7 : 0, errs) > 0) {}
         for (int i = 0; i < G; i++)
             if (errs[i].code) fail_msg("generator %d: %s", i, errs[i].msg);
         for (int i = 0; i < G; i++) {

@@ -93,7 +93,7 @@ int main(int argc, char **argv)
             if (ink_gen_start(g[i], p[i], 16, &o[i], out[i], N, NULL, &e)) return die(&e);
         double t1 = now();
         ink_err errs[MAXB] = {{0}};
-        while (ink_gen_step_many(bt, g, B, errs) > 0) {}
+        while (ink_gen_step_many(bt, g, B, 0, errs) > 0) {}
         for (int i = 0; i < B; i++)
             if (errs[i].code) return die(&errs[i]);
         double tb = now() - t1; /* decode only: the prefills ran before t1 */

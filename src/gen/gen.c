@@ -80,6 +80,8 @@ struct ink_gen {
     int hist_lo;                  /* first position whose target hidden row this run has (prompt cache) */
     const int32_t *pf_prompt;     /* the prompt being prefilled (borrowed), next position, length */
     int pf_t, pf_P;
+    int pf_T;                     /* ink_gen_prefill_begin: rows of the chunk handed out */
+    double pf_t0;
     ink_autok ak;
     const ink_drafter *ak_drafter;
     int ak_mode, ak_kmax;
@@ -698,26 +700,14 @@ fail:
 
 int ink_gen_prefilling(const ink_gen *g) { return g->phase == 1; }
 
-int ink_gen_prefill(ink_gen *g, int max_rows, ink_err *err)
+/* The prompt's end: the first token from its last row's logits, the first width, the Compat-X seed. */
+static int prefill_finish(ink_gen *g, ink_err *err)
 {
-    if (g->phase != 1) return g->phase == 2 ? 0 : (g->rc ? g->rc : ink_err_set(err, INK_E_INVAL, "no run is prefilling"));
     const ink_gen_opts *o = g->o;
-    ink_gen_stats *st = g->st;
     int rc, P = g->pf_P;
-    if (o->cancel && *o->cancel) {
-        rc = ink_err_set(err, INK_E_CANCELLED, "generation cancelled");
-        goto fail;
-    }
-    int end = max_rows > 0 && P - g->pf_t > max_rows ? g->pf_t + max_rows : P;
-    double t0 = ink_now_s();
-    if ((rc = prefill(g, g->pf_prompt, g->pf_t, end, err))) goto fail;
-    g->t1 = ink_now_s();
-    st->prefill_s += g->t1 - t0;
-    g->pf_t = end;
-    if (end < P) return 1;
     g->phase = 2, g->n = P, g->stop = o->max_tokens == 0;
     if (!g->stop) { /* the first token, from the prompt's last row */
-        if ((rc = check_row(g, 0, P - 1, err))) goto fail;
+        if ((rc = check_row(g, 0, P - 1, err))) return rc;
         g->seq[g->n] = pick(g, g->logits, NULL, P);
         emit(g, g->seq[g->n]);
     }
@@ -727,10 +717,64 @@ int ink_gen_prefill(ink_gen *g, int max_rows, ink_err *err)
         else compat_update(g, P);
     }
     return 0;
-fail:
-    if (o->capture_commit) ink_session_set_capture(g->s, 0, NULL);
+}
+
+static int prefill_fail(ink_gen *g, int rc)
+{
+    if (g->o->capture_commit) ink_session_set_capture(g->s, 0, NULL);
     g->phase = 0, g->stop = 1, g->rc = rc;
     return rc;
+}
+
+int ink_gen_prefill(ink_gen *g, int max_rows, ink_err *err)
+{
+    if (g->phase != 1) return g->phase == 2 ? 0 : (g->rc ? g->rc : ink_err_set(err, INK_E_INVAL, "no run is prefilling"));
+    const ink_gen_opts *o = g->o;
+    ink_gen_stats *st = g->st;
+    int rc, P = g->pf_P;
+    if (o->cancel && *o->cancel) return prefill_fail(g, ink_err_set(err, INK_E_CANCELLED, "generation cancelled"));
+    int end = max_rows > 0 && P - g->pf_t > max_rows ? g->pf_t + max_rows : P;
+    double t0 = ink_now_s();
+    if ((rc = prefill(g, g->pf_prompt, g->pf_t, end, err))) return prefill_fail(g, rc);
+    g->t1 = ink_now_s();
+    st->prefill_s += g->t1 - t0;
+    g->pf_t = end;
+    if (end < P) return 1;
+    return (rc = prefill_finish(g, err)) ? prefill_fail(g, rc) : 0;
+}
+
+int ink_gen_prefill_begin(ink_gen *g, int max_rows, ink_gen_verify *v, ink_err *err)
+{
+    if (g->phase != 1) return g->phase == 2 ? 0 : (g->rc ? g->rc : ink_err_set(err, INK_E_INVAL, "no run is prefilling"));
+    if (g->o->cancel && *g->o->cancel) return prefill_fail(g, ink_err_set(err, INK_E_CANCELLED, "generation cancelled"));
+    int P = g->pf_P, t = g->pf_t, T = P - t < CH ? P - t : CH;
+    if (max_rows > 0 && T > max_rows) T = max_rows;
+    if (g->o->reuse_prefix) { /* the prompt cache's checkpoints fall on chunk ends, as in prefill() */
+        int next = (t / CKPT_EVERY + 1) * CKPT_EVERY;
+        if (next > P - 1) next = P - 1;
+        if (next > t && t + T > next) T = next - t;
+    }
+    v->session = g->s, v->tokens = g->pf_prompt + t, v->n_tokens = T;
+    v->out = (ink_eval_out){.logits = g->logits};
+    want_hidden(g, &v->out);
+    g->pf_T = T, g->pf_t0 = ink_now_s();
+    return 1;
+}
+
+int ink_gen_prefill_end(ink_gen *g, int eval_rc, ink_err *err)
+{
+    int rc = eval_rc, t = g->pf_t, T = g->pf_T, P = g->pf_P;
+    if (rc) return prefill_fail(g, rc);
+    if (g->track) {
+        for (int i = 0; i < T; i++) memcpy(hrow(g, t + i), g->vh + (size_t)i * g->H, (size_t)g->H * sizeof(float));
+        catch_up(g, t + T - 1, P - 1);
+    }
+    g->pf_t = t + T;
+    if (g->o->reuse_prefix && (g->pf_t == P - 1 || g->pf_t % CKPT_EVERY == 0)) ink_session_checkpoint(g->s);
+    g->t1 = ink_now_s();
+    g->st->prefill_s += g->t1 - g->pf_t0;
+    if (g->pf_t < P) return 1;
+    return (rc = prefill_finish(g, err)) ? prefill_fail(g, rc) : 0;
 }
 
 int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *o, int32_t *out, int out_cap,
@@ -795,16 +839,11 @@ fail:
     return rc;
 }
 
-int ink_gen_step_many(ink_batch *b, ink_gen *const *gens, int n, ink_err *errs)
+/* Evaluates v[0..m) in forwards of at most `cap` rows (in order) and ends each: a prefill chunk
+ * (pre[i]) with ink_gen_prefill_end, a round with ink_gen_step_end. */
+static void eval_many(ink_batch *b, int cap, ink_gen *const *gens, const int *who, const int *pre,
+                      const ink_gen_verify *v, int m, ink_err *errs, ink_err *scratch)
 {
-    ink_gen_verify v[INK_STEP_MANY_MAX];
-    int who[INK_STEP_MANY_MAX], m = 0, cap = ink_batch_max_rows(b);
-    ink_err scratch = {0};
-    if (n > INK_STEP_MANY_MAX) n = INK_STEP_MANY_MAX;
-    for (int i = 0; i < n; i++) {
-        if (!gens[i] || ink_gen_done(gens[i]) || ink_gen_prefilling(gens[i])) continue;
-        if (ink_gen_step_begin(gens[i], &v[m], errs ? &errs[i] : &scratch) == 1) who[m++] = i;
-    }
     for (int g0 = 0; g0 < m;) {
         ink_session *ss[INK_STEP_MANY_MAX];
         const int32_t *tp[INK_STEP_MANY_MAX];
@@ -817,13 +856,48 @@ int ink_gen_step_many(ink_batch *b, ink_gen *const *gens, int n, ink_err *errs)
         ink_err e = {0};
         int rc = ink_batch_eval(b, ss, tp, T, outs, k, &e);
         for (int i = 0; i < k; i++) {
-            ink_err *ge = errs ? &errs[who[g0 + i]] : &scratch;
+            ink_err *ge = errs ? &errs[who[g0 + i]] : scratch;
             if (rc && !ge->code) *ge = e;
-            ink_gen_step_end(gens[who[g0 + i]], rc, ge);
+            if (pre[g0 + i]) ink_gen_prefill_end(gens[who[g0 + i]], rc, ge);
+            else ink_gen_step_end(gens[who[g0 + i]], rc, ge);
         }
         g0 += k;
     }
-    return m;
+}
+
+int ink_gen_step_many(ink_batch *b, ink_gen *const *gens, int n, int prefill_rows, ink_err *errs)
+{
+    ink_gen_verify v[INK_STEP_MANY_MAX] = {{0}};
+    int who[INK_STEP_MANY_MAX] = {0}, pre[INK_STEP_MANY_MAX] = {0}, m = 0, cap = ink_batch_max_rows(b), budget = prefill_rows;
+    ink_err scratch = {0};
+    if (n > INK_STEP_MANY_MAX) n = INK_STEP_MANY_MAX;
+    /* one chunk of each prefilling generator (within the budget) rides with the rounds' verify rows */
+    for (int i = 0; i < n; i++) {
+        ink_gen *g = gens[i];
+        ink_err *ge = errs ? &errs[i] : &scratch;
+        if (!g) continue;
+        if (ink_gen_prefilling(g)) { /* (a prefilling generator counts as done: it takes no rounds) */
+            if (budget <= 0) continue;
+            if (ink_gen_prefill_begin(g, budget < cap ? budget : cap, &v[m], ge) != 1) continue;
+            budget -= v[m].n_tokens, pre[m] = 1, who[m++] = i;
+        } else if (!ink_gen_done(g) && ink_gen_step_begin(g, &v[m], ge) == 1) {
+            pre[m] = 0, who[m++] = i;
+        }
+    }
+    if (m) eval_many(b, cap, gens, who, pre, v, m, errs, &scratch);
+    int ran = m;
+    /* the rest of the prefill budget: further chunks, each its own forward */
+    for (int i = 0; i < n && budget > 0; i++) {
+        ink_gen *g = gens[i];
+        ink_err *ge = errs ? &errs[i] : &scratch;
+        while (budget > 0 && g && ink_gen_prefilling(g)) {
+            int one = 1;
+            if (ink_gen_prefill_begin(g, budget < cap ? budget : cap, &v[0], ge) != 1) break;
+            budget -= v[0].n_tokens, who[0] = i, ran++;
+            eval_many(b, cap, gens, who, &one, v, 1, errs, &scratch);
+        }
+    }
+    return ran;
 }
 
 int ink_gen_step(ink_gen *g, ink_err *err)

@@ -318,30 +318,25 @@ static void job_begin(ink_server *S, srv_slot *sl, srv_job *j)
     sl->started = sl->rc == INK_OK; /* the prefill runs in engine steps (step_slots) */
 }
 
-/* One engine step: every running slot's next round, their verify rows in batched forwards of at
- * most batch_rows rows (a row's result does not depend on the batch: tests/test_batch.c). */
+/* One engine step: every running slot's next round or prompt chunk, their rows in batched forwards
+ * of at most batch_rows rows (a row's result does not depend on the batch: tests/test_batch.c). */
 static void step_slots(ink_server *S)
 {
     srv_slot *run[INK_STEP_MANY_MAX];
-    ink_gen *gens[INK_STEP_MANY_MAX];
+    ink_gen *gens[INK_STEP_MANY_MAX] = {0};
     ink_err errs[INK_STEP_MANY_MAX];
-    int n = 0, budget = PREFILL_ROWS;
-    /* prefills first, at most PREFILL_ROWS prompt rows per step in all, so that a long prompt does
-     * not stall the slots that are decoding */
+    int n = 0;
     for (int i = 0; i < S->n_slots; i++) /* a client gone or a shutdown: the next step ends the run */
         if (S->slots[i].j && S->slots[i].c && S->slots[i].j->cancel) S->slots[i].c->cancel = 1;
-    for (int i = 0; i < S->n_slots && budget > 0; i++) {
-        srv_slot *sl = &S->slots[i];
-        if (!sl->j || !sl->started || !ink_gen_prefilling(sl->gen)) continue;
-        ink_gen_prefill(sl->gen, budget, &sl->e); /* a failure ends the run: slot_finished sees it */
-        budget = 0;
-    }
     for (int i = 0; i < S->n_slots && n < INK_STEP_MANY_MAX; i++) {
         srv_slot *sl = &S->slots[i];
         if (!sl->j || !sl->started) continue;
         run[n] = sl, gens[n] = sl->gen, errs[n++] = sl->e;
     }
-    ink_gen_step_many(S->batch, gens, n, errs);
+    /* at most PREFILL_ROWS prompt rows per step in all, so that a long prompt does not stall the
+     * slots that are decoding; a prompt chunk shares the step's forward with their verify rows.
+     * A failure ends that slot's run: slot_finished sees it. */
+    ink_gen_step_many(S->batch, gens, n, PREFILL_ROWS, errs);
     for (int i = 0; i < n; i++) run[i]->e = errs[i];
 }
 
