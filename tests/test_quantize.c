@@ -264,6 +264,15 @@ static void ids_of(int32_t *ids, int T)
     for (int i = 0; i < T; i++) ids[i] = (int32_t)((i * 37 + 5) % 120);
 }
 
+/* The directory opens as a model and evaluates a few rows. */
+static void evaluates(const char *dir)
+{
+    int32_t ids[8];
+    ids_of(ids, 8);
+    int V;
+    free(logits_of(dir, ids, 8, &V));
+}
+
 /* Transformers names (half-split gate_up_proj, q_proj, ...) and sharded output: the same logical
  * weights give bitwise the same logits as the single-file quantization of the release names. */
 static void test_hf_names_and_shards(void **state)
@@ -380,10 +389,7 @@ static void test_preset_bits(void **state)
         }
     ds_close(&d);
     assert_true(hi_seen > 10 && lo_seen > 30);
-    int32_t ids[8];
-    ids_of(ids, 8);
-    int V;
-    free(logits_of(out, ids, 8, &V));
+    evaluates(out);
 }
 
 /* NVFP4: routed experts only, in the release's layout, equal to ckpt.c's NVFP4 writer. */
@@ -431,10 +437,7 @@ static void test_nvfp4_equals_reference(void **state)
     assert_non_null(h);
     assert_string_equal(json_string_value(json_object_get(json_object_get(h, "quantization"), "quant_algo")), "NVFP4");
     json_decref(h);
-    int32_t ids[8];
-    ids_of(ids, 8);
-    int V;
-    free(logits_of(out, ids, 8, &V));
+    evaluates(out);
 }
 
 /* ---- refusals ----------------------------------------------------------------------------- */
