@@ -224,7 +224,7 @@ cross-aarch64-build:
 cross-aarch64:
 	@scripts/cross-deps
 	@$(MAKE) --no-print-directory cross-aarch64-build
-	@INKLING_BIN=build/aarch64/inkling-qemu INKLING_TEST_RUNNER=$(QEMU_AARCH64) tests/run.sh build/aarch64
+	@INKLING_TEST_JOBS=$${INKLING_TEST_JOBS:-2} INKLING_BIN=build/aarch64/inkling-qemu INKLING_TEST_RUNNER=$(QEMU_AARCH64) tests/run.sh build/aarch64
 
 # The engine's tests (golden outputs, kernels, model, generator, batching, quantized and unaligned
 # weights) under qemu: the part of the suite that says the scalar set computes what x86 does; in

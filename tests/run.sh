@@ -4,26 +4,60 @@
 #   "N passed, M failed, K skipped"
 # A skipped test is reported as skipped, never as passed. A binary that crashes or exits non-zero
 # without reporting a failure counts as one failure. Run from the repository root.
+# INKLING_TEST_JOBS=N (default 1) runs N binaries at a time (the emulated suite in CI: qemu is
+# CPU-bound and single-threaded per process); binaries that measure the machine's load
+# (SERIAL_TESTS) still run alone, after the others. Results are printed in name order either way.
 set -u
 build=${1:-build/release}
 export INKLING_BIN="${INKLING_BIN:-$build/inkling}"
+jobs=${INKLING_TEST_JOBS:-1}
+SERIAL_TESTS=" test_pool "
 pass=0; fail=0; skip=0; failed_names=()
+outdir=$(mktemp -d "${TMPDIR:-/tmp}/inkling-run.XXXXXX")
+trap 'rm -rf "$outdir"' EXIT
+
+# one binary: its output in $outdir/NAME.out, its exit status in $outdir/NAME.rc
+run_one() {
+  local t=$1 name
+  name=$(basename "$t")
+  local t0=$SECONDS
+  ${INKLING_TEST_RUNNER:-} "$t" >"$outdir/$name.out" 2>&1
+  echo $? >"$outdir/$name.rc"
+  echo $((SECONDS - t0)) >"$outdir/$name.s"
+}
+
+names=(); parallel=(); serial=()
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
   case "$t" in *.o|*.d) continue;; esac
   name=$(basename "$t")
   # INKLING_TESTS="test_a test_b": only those binaries (a quick subset, e.g. under qemu in CI)
   if [ -n "${INKLING_TESTS:-}" ] && [[ " $INKLING_TESTS " != *" $name "* ]]; then continue; fi
-  out=$(${INKLING_TEST_RUNNER:-} "$t" 2>&1); rc=$?
+  names+=("$name")
+  if [ "$jobs" -gt 1 ] && [[ "$SERIAL_TESTS" != *" $name "* ]]; then parallel+=("$t"); else serial+=("$t"); fi
+done
+
+running=0
+for t in "${parallel[@]+"${parallel[@]}"}"; do
+  run_one "$t" &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+done
+wait
+for t in "${serial[@]+"${serial[@]}"}"; do run_one "$t"; done
+
+for name in "${names[@]+"${names[@]}"}"; do
+  out=$(cat "$outdir/$name.out"); rc=$(cat "$outdir/$name.rc" 2>/dev/null || echo 127)
+  secs=$(cat "$outdir/$name.s" 2>/dev/null || echo "?")
   p=$(grep -c '^\[       OK \]' <<<"$out")
   f=$(grep '^\[  FAILED  \]' <<<"$out" | grep -vc 'test(s)')
   s=$(grep '^\[  SKIPPED \]' <<<"$out" | grep -vc 'test(s)')
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
   pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
   if [ "$f" -ne 0 ]; then
-    failed_names+=("$name"); echo "---- $name (exit $rc) ----"; echo "$out" | tail -n 60
+    failed_names+=("$name"); echo "---- $name (exit $rc, ${secs} s) ----"; echo "$out" | tail -n 60
   else
-    echo "$name: $p passed${s:+, $s skipped}"
+    echo "$name: $p passed${s:+, $s skipped} (${secs} s)"
   fi
 done
 [ ${#failed_names[@]} -gt 0 ] && echo "failing binaries: ${failed_names[*]}"

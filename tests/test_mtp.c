@@ -558,7 +558,7 @@ static double chi2_two_sample(const int *ca, const int *cb, int V, int *df)
 
 /* Lossless speculative sampling: the first sampled tokens (positions 2 and 3, i.e. produced by
  * verify rounds) have the same distribution with and without MTP. Chi-square over the tokens with
- * expected count >= 5 (others pooled); 4000 seeded runs each; the test fails only if the statistic
+ * expected count >= 5 (others pooled); 4000 seeded runs each (1000 under an emulator, tu_scaled); the test fails only if the statistic
  * exceeds the 0.999 quantile (df <= 60: chi2 < 2.4 df + 15 bounds it), so a correct implementation
  * fails it with probability about 1e-3 and the fixed seeds make the outcome deterministic. A biased
  * rule ("accept if the draft equals the target's sample") would move the distribution far more. */
@@ -576,7 +576,8 @@ static void test_speculative_sampling_matches_plain(void **state)
     ink_session *s;
     assert_int_equal(ink_session_create(&s, m, 64, &e), 0);
     int32_t p[6] = {1, 5, 9, 3, 7, 2}, out[4];
-    enum { RUNS = 4000, V = 32 };
+    enum { V = 32 };
+    const int RUNS = tu_scaled(4000, 4, 1000); /* under qemu 1000: same statistic, less power */
     for (int pos = 1; pos <= 3; pos++) {
         int ca[V] = {0}, cb[V] = {0}, cc[V] = {0};
         int accepted = 0, accepted_auto = 0;
@@ -625,7 +626,8 @@ static void test_sampling_lossless_after_dormancy(void **state)
     ink_session *s;
     assert_int_equal(ink_session_create(&s, m, 64, &e), 0);
     int32_t p[6] = {1, 5, 9, 3, 7, 2}, out[27];
-    enum { RUNS = 3000, V = 32, POS = 26 };
+    enum { V = 32, POS = 26 };
+    const int RUNS = tu_scaled(3000, 3, 1000);
     int ca[V] = {0}, cb[V] = {0}, drafted = 0;
     for (int r = 0; r < RUNS; r++) {
         gen(s, p, 6, NULL, 0, 0, 0, 1.5f, 7000 + r, POS + 1, 0, -1, out, NULL);

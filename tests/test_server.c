@@ -502,7 +502,7 @@ static void test_greedy_spec_equals_plain(void **state)
     (void)state;
     const char *spec[] = {"false", "true", "{\"block_size\":2}", "{\"block_size\":3,\"mtp_mode\":\"compat\"}",
                           "{\"enabled\":true,\"mtp_mode\":\"compat\"}", "{\"block_size\":\"auto\"}"};
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < (tu_emulated() ? 1 : 3); p++) { /* one prompt under qemu */
         char *ref = NULL;
         for (size_t k = 0; k < sizeof spec / sizeof spec[0]; k++) {
             char body[512];

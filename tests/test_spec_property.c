@@ -293,7 +293,8 @@ static void run_trials(model_case *cases, int n_cases, int trials, uint64_t seed
     free(t);
 }
 
-/* Trials per test: thousands in the release build, fewer under the sanitizers (about 10x slower). */
+/* Trials per test: thousands in the release build, fewer under the sanitizers (about 10x slower),
+ * a tenth under an emulator (tu_scaled; qemu runs the scalar set ~100x slower). */
 #if defined(__SANITIZE_ADDRESS__)
 #define DEFAULT_TRIALS 400
 #else
@@ -326,7 +327,7 @@ static void test_random_heads(void **state)
     assert_int_equal(random_case(&cases[1], "random-d1-v12", 1), 0);
     assert_int_equal(random_case(&cases[2], "random-d2-v12", 2), 0);
     counts c = {0};
-    run_trials(cases, 3, env_int("SPEC_PROPERTY_TRIALS", DEFAULT_TRIALS), (uint64_t)env_int("SPEC_PROPERTY_SEED", 20240901), &c);
+    run_trials(cases, 3, env_int("SPEC_PROPERTY_TRIALS", tu_scaled(DEFAULT_TRIALS, 10, 100)), (uint64_t)env_int("SPEC_PROPERTY_SEED", 20240901), &c);
     report("random heads", &c);
     assert_true(c.partial + c.full > 0);
     for (int i = 0; i < 3; i++) free_case(&cases[i]);
@@ -343,7 +344,7 @@ static void test_fitted_head(void **state)
     assert_int_equal(npy_load(MOE "/prompt_ids.npy", &pr), 0);
     for (int i = 0; i < 2; i++) cases[i].text = pr.i, cases[i].n_text = (int)pr.n;
     counts c = {0};
-    run_trials(cases, 2, env_int("SPEC_PROPERTY_TRIALS", DEFAULT_TRIALS) / 2,
+    run_trials(cases, 2, env_int("SPEC_PROPERTY_TRIALS", tu_scaled(DEFAULT_TRIALS, 10, 100)) / 2,
                (uint64_t)env_int("SPEC_PROPERTY_SEED", 20240901) + 7, &c);
     report("tiny-moe", &c);
     assert_true(c.full > 0 && c.partial > 0);

@@ -186,7 +186,7 @@ static void greedy_equal(const char *a, const char *b, int check_pytorch)
     assert_non_null(da);
     assert_non_null(db);
     int total_acc = 0;
-    for (size_t i = 0; i < json_array_size(cs) && i < 3; i++) {
+    for (size_t i = 0; i < json_array_size(cs) && i < (tu_emulated() ? 1u : 3u); i++) { /* one case under qemu */
         json_t *c = json_array_get(cs, i);
         int32_t p[MAXN], want[MAXN];
         int P = ids_of(json_object_get(c, "prompt_ids"), p, MAXN);

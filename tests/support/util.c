@@ -59,6 +59,18 @@ float tu_max_abs_diff(const float *a, const float *b, size_t n, float *max_ref)
     return m;
 }
 
+int tu_emulated(void)
+{
+    const char *r = getenv("INKLING_TEST_RUNNER");
+    return r && *r;
+}
+
+int tu_scaled(int n, int div, int lo)
+{
+    if (!tu_emulated()) return n;
+    return n / div > lo ? n / div : lo;
+}
+
 const char *tu_bin(void)
 {
     const char *b = getenv("INKLING_BIN");

@@ -11,6 +11,12 @@ int tu_tmpdir(char *buf, size_t n, const char *tag);
 int tu_run(const char *cmd, char *out, size_t out_cap, char *err, size_t err_cap);
 /* The inkling binary under test: $INKLING_BIN (set by tests/run.sh) or ./inkling. */
 const char *tu_bin(void);
+/* 1 when the tests run under an emulator (INKLING_TEST_RUNNER set, `make cross-aarch64`): tests
+ * whose cost is repetition (seeded chi-square runs, long generations) scale their counts down so
+ * the whole suite fits in CI under qemu; what they assert stays the same. */
+int tu_emulated(void);
+/* n natively, n / div (at least lo) under an emulator. */
+int tu_scaled(int n, int div, int lo);
 /* max |a-b| over n floats and max |b|. */
 float tu_max_abs_diff(const float *a, const float *b, size_t n, float *max_ref);
 
