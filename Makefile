@@ -22,6 +22,18 @@ CFLAGS  += $(CSTD) $(WARN) $(OPT_$(MODE)) -Iinclude -Isrc -Itests -MMD -MP
 LDFLAGS += $(filter -fsanitize=%,$(OPT_$(MODE)))
 LDLIBS  += -ljansson -lpcre2-8 -lcurl -lcrypto -lmicrohttpd -lpthread -lm
 
+# Expert parallelism over MPI (issue 19, docs/distributed.md): MPI=auto (the default) builds
+# src/cli/dist.c against the MPI that `mpicc` wraps (Debian: libopenmpi-dev) when there is one, MPI=0
+# never. Only the CLI object dist.o includes mpi.h and only the binaries link it: libinkling.a never
+# does. Without MPI the build is the same as before (dist.c then only refuses --parallel expert).
+MPI ?= auto
+MPICC := $(if $(filter 0 no,$(MPI)),,$(shell command -v mpicc 2>/dev/null))
+ifneq ($(MPICC),)
+MPI_CFLAGS := -DINK_HAVE_MPI $(patsubst -I%,-isystem %,$(shell $(MPICC) --showme:compile 2>/dev/null))
+LDLIBS     += $(shell $(MPICC) --showme:link 2>/dev/null)
+$(BUILD)/src/cli/dist.o: CFLAGS += $(MPI_CFLAGS)
+endif
+
 LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
 CLI_SRC  := $(shell find src/cli -name '*.c' | sort)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -217,7 +229,7 @@ QEMU_AARCH64 ?= qemu-aarch64-static
 OPT_aarch64  := -O2 -g -fno-omit-frame-pointer
 .PHONY: cross-aarch64 cross-aarch64-build
 cross-aarch64-build:
-	@$(MAKE) --no-print-directory MODE=aarch64 CC=$(CROSS)gcc AR=$(CROSS)ar check-build
+	@$(MAKE) --no-print-directory MODE=aarch64 CC=$(CROSS)gcc AR=$(CROSS)ar MPI=0 check-build
 	@printf '#!/bin/sh\nexec %s "%s/build/aarch64/inkling" "$$@"\n' "$(QEMU_AARCH64)" "$(CURDIR)" > build/aarch64/inkling-qemu
 	@chmod +x build/aarch64/inkling-qemu
 

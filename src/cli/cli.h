@@ -20,4 +20,19 @@ int cmd_serve(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 
+
+/* Expert parallelism over MPI (dist.c, docs/distributed.md). cli_dist_begin, first thing in main:
+ * strips `--parallel expert` from argv; under mpirun (or with that flag) starts MPI, checks the ranks'
+ * checkpoints and, on ranks > 0, loads and serves their share of the experts, setting *worker_rc to
+ * the exit code that rank must return (else -1). Returns 0 to go on, or an exit code. cli_dist_end
+ * (after the command, with its exit code) stops the serving ranks, prints the job's report on rank 0
+ * and finalizes MPI; returns rc. cli_dist_transport: the transport rank 0's model is opened with
+ * (NULL: one process). cli_dist_note_model: records rank 0's exchange statistics before the model
+ * is freed. */
+#include "inkling.h"
+int cli_dist_begin(int *argc, char **argv, int *worker_rc);
+int cli_dist_end(int rc);
+const ink_ep_transport *cli_dist_transport(void);
+void cli_dist_note_model(const ink_model *m);
+
 #endif

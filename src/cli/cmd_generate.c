@@ -384,6 +384,7 @@ static void run_free(run *r)
     ink_session_free(r->s);
     ink_drafter_free(r->d);
     ink_tokenizer_free(r->tok);
+    cli_dist_note_model(r->m);
     ink_model_free(r->m);
 }
 
@@ -406,7 +407,8 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     if (a->stats_path && arg_out_file("--stats-json", a->stats_path)) return 1;
     if (a->trace_path && arg_out_file("--trace", a->trace_path)) return 1;
     if (isatty(2)) fprintf(stderr, "loading %s ...\r", r->dir);
-    ink_model_opts mo = {.n_threads = (int)a->threads, .activations = a->activations};
+    ink_model_opts mo = {.n_threads = (int)a->threads, .activations = a->activations,
+                         .expert_parallel = cli_dist_transport()};
     if (ink_model_open(&r->m, r->dir, &mo, &r->e)) return cli_fail(&r->e);
     if (a->check_tensors && ink_model_check_tensors(r->m, &r->e)) return cli_fail(&r->e);
     if (cfg_generation_eos(r->dir, ink_model_n_vocab(r->m))) return 1;
