@@ -34,5 +34,7 @@ int cli_dist_begin(int *argc, char **argv, int *worker_rc);
 int cli_dist_end(int rc);
 const ink_ep_transport *cli_dist_transport(void);
 void cli_dist_note_model(const ink_model *m);
+/* "MPI (<library version>)" when built with MPI (static string), else NULL. */
+const char *cli_dist_build(void);
 
 #endif

@@ -74,9 +74,22 @@ int cli_dist_begin(int *argc, char **argv, int *worker_rc)
 
 int cli_dist_end(int rc) { return rc; }
 
+const char *cli_dist_build(void) { return NULL; }
+
 #else
 
 #define TAG 19
+
+const char *cli_dist_build(void)
+{
+    static char v[MPI_MAX_LIBRARY_VERSION_STRING + 32];
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int n = 0;
+    MPI_Get_library_version(lib, &n); /* callable before MPI_Init */
+    lib[strcspn(lib, ",\n")] = 0;
+    snprintf(v, sizeof v, "MPI (%s)", lib);
+    return v;
+}
 
 static int launched_by_mpirun(void)
 {
@@ -189,13 +202,13 @@ static int check_fingerprints(const char *dir, uint64_t mine)
     for (int r = 0; r < tr.n_ranks; r++) {
         if (all[r] && all[r] == all[0]) continue;
         bad = 1;
-        if (tr.rank) continue;
-        if (!all[r])
+        if (r == tr.rank && !mine)
             fprintf(stderr, "inkling: rank %d: cannot read the checkpoint %s (config.json)\n", r, dir);
-        else
-            fprintf(stderr, "inkling: rank %d: checkpoint %s differs from rank 0's (hash of config.json, shard names "
-                            "and sizes, --activations: %016llx vs %016llx): every rank needs the same files\n",
-                    r, dir, (unsigned long long)all[r], (unsigned long long)all[0]);
+        else if (r == tr.rank)
+            fprintf(stderr, "inkling: rank %d: checkpoint %s differs from rank 0's (hash of config.json, shard names and "
+                            "sizes, --activations: %016llx vs %016llx): every rank needs the same files\n",
+                    r, dir, (unsigned long long)mine, (unsigned long long)all[0]);
+        if (!tr.rank && r) fprintf(stderr, "inkling: rank %d's checkpoint does not match rank 0's %s; ending the job\n", r, dir);
     }
     return bad;
 }
@@ -220,7 +233,7 @@ static int open_shares(const dargs *d, const char *dir)
     for (int r = 1; r < tr.n_ranks; r++)
         if (!all[r]) {
             bad = 1;
-            if (!tr.rank) fprintf(stderr, "inkling: rank %d could not load its share of %s (message above); ending the job\n", r, dir);
+            if (!tr.rank) fprintf(stderr, "inkling: rank %d could not load its share of the checkpoint (its message above); ending the job\n", r);
         }
     return bad;
 }

@@ -70,6 +70,7 @@ static int dispatch(int argc, char **argv)
     }
     if (!strcmp(argv[1], "-V") || !strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("inkling %s\n", INK_VERSION);
+        if (cli_dist_build()) printf("expert parallel: %s (mpirun -np N inkling ..., docs/distributed.md)\n", cli_dist_build());
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
