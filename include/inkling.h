@@ -461,8 +461,10 @@ int ink_ep_stop(const ink_ep_transport *t);
 /* What the exchange has cost so far (rank 0; zeros in one process). */
 typedef struct ink_ep_stats {
     int rank, n_ranks, expert0, expert1; /* this rank's routed experts [expert0, expert1) */
-    unsigned long long exchanges;        /* MoE layer round trips */
-    unsigned long long rows;             /* token rows sent (summed over exchanges) */
+    unsigned long long moe_layers;       /* MoE layer forwards (rank 0) */
+    unsigned long long exchanges;        /* of those, the ones that needed another rank: round trips */
+    unsigned long long requests;         /* requests sent (rank 0: up to n_ranks - 1 per round trip) or served */
+    unsigned long long rows;             /* token rows of those layers (rank 0) or requests (served) */
     unsigned long long bytes_sent, bytes_recv;
     double seconds;                      /* wall time in send + waiting for the replies */
 } ink_ep_stats;

@@ -308,9 +308,10 @@ static void report(long (*v)[4])
     const ink_ep_stats *s = &last_stats;
     fprintf(stderr, "expert parallel: %d ranks", tr.n_ranks);
     if (have_stats)
-        fprintf(stderr, ", %llu exchanges (MoE layer round trips) for %llu rows, %.2f MB sent, %.2f MB received, "
-                        "%.3f ms in the exchange (%.1f us each)", s->exchanges, s->rows, (double)s->bytes_sent / 1e6,
-                (double)s->bytes_recv / 1e6, s->seconds * 1e3, s->exchanges ? s->seconds * 1e6 / (double)s->exchanges : 0.0);
+        fprintf(stderr, ": %llu MoE layer forwards of %llu rows, %llu of them round trips to other ranks (%llu "
+                        "requests), %.2f MB sent, %.2f MB received, %.3f ms in the exchange (%.1f us per round trip)",
+                s->moe_layers, s->rows, s->exchanges, s->requests, (double)s->bytes_sent / 1e6, (double)s->bytes_recv / 1e6,
+                s->seconds * 1e3, s->exchanges ? s->seconds * 1e6 / (double)s->exchanges : 0.0);
     fputc('\n', stderr);
     for (int r = 0; r < tr.n_ranks; r++)
         fprintf(stderr, "  rank %d: routed experts [%ld, %ld), %ld requests served, peak RSS %.1f MiB\n", r, v[r][1],
@@ -324,7 +325,7 @@ int cli_dist_end(int rc)
         if (!tr.rank) ink_ep_stop(&tr);
         struct rusage ru;
         long mine[4] = {getrusage(RUSAGE_SELF, &ru) ? 0 : ru.ru_maxrss, last_stats.expert0, last_stats.expert1,
-                        tr.rank ? (long)last_stats.exchanges : 0};
+                        tr.rank ? (long)last_stats.requests : 0};
         static long all[1024][4];
         MPI_Gather(mine, 4, MPI_LONG, all, 4, MPI_LONG, 0, MPI_COMM_WORLD);
         if (!tr.rank) report(all);

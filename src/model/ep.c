@@ -189,7 +189,10 @@ void ink_moe_ep(const ink_layer_env *env, const ink_layer_w *w, const float *x, 
             const float *y = s->ep_sh + ((size_t)j * s->chunk + t) * H;
             for (int h = 0; h < H; h++) o[h] += rw * y[h];
         }
-    ep->st.exchanges++, ep->st.rows += (unsigned long long)T, ep->st.seconds += t_ex;
+    int remote = 0;
+    for (int r = 1; r < n; r++) remote += cnt[r] > 0;
+    ep->st.moe_layers++, ep->st.exchanges += remote > 0, ep->st.requests += (unsigned long long)remote;
+    ep->st.rows += (unsigned long long)T, ep->st.seconds += t_ex;
     if (ink_prof_on) {
         ink_prof_add(INK_PROF_EXCHANGE, t_ex, 0);
         ink_prof_add(INK_PROF_COMBINE, ink_now_s() - t0 - t_ex - t_part, 0);
@@ -239,7 +242,7 @@ static int serve_one(ink_model *m, const ep_hdr *h, const unsigned char *msg, in
     size_t b = (size_t)own * H * sizeof(float);
     ep->t.send(ep->t.ctx, 0, sc->ep_y, b);
     ep->seq = h->seq;
-    ep->st.exchanges++, ep->st.rows += (unsigned long long)T, ep->st.bytes_sent += b;
+    ep->st.requests++, ep->st.rows += (unsigned long long)T, ep->st.bytes_sent += b;
     return INK_OK;
 }
 
