@@ -161,7 +161,25 @@ static void test_mismatch_and_load_failure(void **state)
     assert_non_null(strstr(err, "0 MoE layers"));
 }
 
-/* Without mpirun, --parallel expert with one rank runs as one process (same logits). */
+/* Ranks > 0 need only config.json and the model's safetensors (no tokenizer, no MTP head): rank 1
+ * and 2 get a directory holding just those (links), rank 0 the full one; greedy MTP output as one
+ * process gives. */
+static void test_worker_files(void **state)
+{
+    (void)state;
+    need_mpi();
+    if (access(KJV "/mtp.safetensors", R_OK)) skip();
+    assert_int_equal(run("d=%s; rm -rf $d/w; mkdir $d/w && ln -s $PWD/" KJV "/config.json $PWD/" KJV
+                         "/model.safetensors $d/w/", dir), 0);
+    const char *g = "generate --prompt-ids 5,17,300,42 -n 24 --temp 0 --ignore-eos -t 1 --draft-kind mtp --draft-block-size 3";
+    char one[65536];
+    assert_int_equal(run("%s %s -m " KJV, tu_bin(), g), 0);
+    snprintf(one, sizeof one, "%s", out);
+    assert_int_equal(run("%s -np 1 %s %s -m " KJV " : -np 2 %s %s -m %s/w", mpirun, tu_bin(), g, tu_bin(), g, dir), 0);
+    assert_string_equal(out, one);
+}
+
+/* --parallel expert with one rank (mpirun -np 1) runs as one process (same logits); another value is a usage error. */
 static void test_parallel_flag_one_rank(void **state)
 {
     (void)state;
@@ -185,6 +203,7 @@ int main(void)
         cmocka_unit_test(test_speculative),
         cmocka_unit_test(test_killed_rank),
         cmocka_unit_test(test_mismatch_and_load_failure),
+        cmocka_unit_test(test_worker_files),
         cmocka_unit_test(test_parallel_flag_one_rank),
     };
     return cmocka_run_group_tests(t, NULL, NULL);

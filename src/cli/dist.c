@@ -2,8 +2,8 @@
  * parallelism over MPI (issue 19, docs/distributed.md). The library knows only the transport of
  * inkling.h (ink_ep_transport); this file is its MPI implementation and the job's start and end:
  *
- *   start  every rank: MPI_Init, a fingerprint of the checkpoint (FNV-1a 64 of config.json and of
- *          the safetensors files' names and sizes, and the --activations option) gathered by all:
+ *   start  every rank: MPI_Init, a fingerprint of the checkpoint (FNV-1a 64 of config.json, the
+ *          index, the safetensors files' names and sizes, and --activations) gathered by all:
  *          a mismatch ends every rank with a message naming the rank and the model directory.
  *          Ranks > 0 then open the model (their share of the experts is all they touch) and report;
  *          a rank that cannot ends the job with its message (which names the file) on every rank.
@@ -159,25 +159,37 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* FNV-1a of config.json, of every *.safetensors / *.json name with its size (sorted), and of the
- * activations option; 0 if the directory cannot be read. */
+static uint64_t fnv_file(uint64_t h, const char *path, int *ok)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return *ok = 0, h;
+    char buf[8192];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) h = fnv(h, buf, n);
+    fclose(f);
+    return *ok = 1, h;
+}
+
+/* FNV-1a of what the model loader reads (every rank opens the same): config.json and
+ * model.safetensors.index.json (contents), every *.safetensors but the MTP head's mtp*.safetensors
+ * (names and sizes, sorted), and the --activations option. 0 if config.json cannot be read. The
+ * tokenizer, generation_config.json and the MTP head are rank 0's alone. */
 static uint64_t fingerprint(const char *dir, int activations)
 {
     uint64_t h = 14695981039346656037ull;
     char path[4352];
+    int ok;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    char buf[8192];
-    for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) h = fnv(h, buf, n);
-    fclose(f);
+    h = fnv_file(h, path, &ok);
+    if (!ok) return 0;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    h = fnv_file(h, path, &ok);
     DIR *d = opendir(dir);
     if (!d) return 0;
     char *names[4096];
     int n = 0;
     for (struct dirent *e; (e = readdir(d)) && n < 4096;) {
         size_t l = strlen(e->d_name);
-        if ((l > 12 && !strcmp(e->d_name + l - 12, ".safetensors")) || (l > 5 && !strcmp(e->d_name + l - 5, ".json")))
+        if (l > 12 && !strcmp(e->d_name + l - 12, ".safetensors") && strncmp(e->d_name, "mtp", 3))
             if ((names[n] = strdup(e->d_name))) n++;
     }
     closedir(d);
@@ -206,7 +218,7 @@ static int check_fingerprints(const char *dir, uint64_t mine)
             fprintf(stderr, "inkling: rank %d: cannot read the checkpoint %s (config.json)\n", r, dir);
         else if (r == tr.rank)
             fprintf(stderr, "inkling: rank %d: checkpoint %s differs from rank 0's (hash of config.json, shard names and "
-                            "sizes, --activations: %016llx vs %016llx): every rank needs the same files\n",
+                            "sizes, --activations: %016llx vs %016llx): every rank needs the same checkpoint files\n",
                     r, dir, (unsigned long long)mine, (unsigned long long)all[0]);
         if (!tr.rank && r) fprintf(stderr, "inkling: rank %d's checkpoint does not match rank 0's %s; ending the job\n", r, dir);
     }
