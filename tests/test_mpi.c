@@ -179,7 +179,8 @@ static void test_worker_files(void **state)
     assert_string_equal(out, one);
 }
 
-/* --parallel expert with one rank (mpirun -np 1) runs as one process (same logits); another value is a usage error. */
+/* --parallel expert with one rank (mpirun -np 1) runs as one process (same logits); another value is
+ * the command's to refuse (serve's --parallel N is its slot count). */
 static void test_parallel_flag_one_rank(void **state)
 {
     (void)state;
@@ -192,6 +193,7 @@ static void test_parallel_flag_one_rank(void **state)
                          golden_ids, b), 0);
     assert_true(same_file(a, b));
     assert_int_equal(run("%s logits --parallel pipeline -m " GOLDEN " --prompt-ids 1 -o %s", tu_bin(), b), 2);
+    assert_non_null(strstr(err, "--parallel"));
 }
 
 int main(void)

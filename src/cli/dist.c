@@ -41,15 +41,12 @@ void cli_dist_note_model(const ink_model *m)
     have_stats = 1;
 }
 
-/* Removes `--parallel expert` from argv; 1 if it was there, -1 (message printed) for another value. */
+/* Removes `--parallel expert` from argv; 1 if it was there. Other values are left to the command
+ * (serve's `--parallel N` is its slot count). */
 static int take_parallel(int *argc, char **argv)
 {
-    for (int i = 1; i < *argc; i++) {
-        if (strcmp(argv[i], "--parallel")) continue;
-        if (i + 1 >= *argc || strcmp(argv[i + 1], "expert")) {
-            fprintf(stderr, "inkling: --parallel: expected 'expert' (the only parallelism: routed experts across ranks)\n");
-            return -1;
-        }
+    for (int i = 1; i + 1 < *argc; i++) {
+        if (strcmp(argv[i], "--parallel") || strcmp(argv[i + 1], "expert")) continue;
         memmove(argv + i, argv + i + 2, (size_t)(*argc - i - 1) * sizeof *argv); /* keeps argv[argc] NULL */
         *argc -= 2;
         return 1;
@@ -63,7 +60,6 @@ int cli_dist_begin(int *argc, char **argv, int *worker_rc)
 {
     *worker_rc = -1;
     int p = take_parallel(argc, argv);
-    if (p < 0) return 2;
     if (p) {
         fprintf(stderr, "inkling: --parallel expert: this build has no MPI (install libopenmpi-dev and run make; "
                         "see docs/distributed.md)\n");
@@ -273,7 +269,6 @@ int cli_dist_begin(int *argc, char **argv, int *worker_rc)
 {
     *worker_rc = -1;
     int p = take_parallel(argc, argv);
-    if (p < 0) return 2;
     if (!p && !launched_by_mpirun()) return 0;
     int provided = 0;
     MPI_Init_thread(argc, &argv, MPI_THREAD_SERIALIZED, &provided);
