@@ -4,6 +4,8 @@
 #ifndef INK_CLI_H
 #define INK_CLI_H
 
+#include "inkling.h"
+
 int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
@@ -29,7 +31,6 @@ int cmd_quantize(int argc, char **argv);
  * and finalizes MPI; returns rc. cli_dist_transport: the transport rank 0's model is opened with
  * (NULL: one process). cli_dist_note_model: records rank 0's exchange statistics before the model
  * is freed. */
-#include "inkling.h"
 int cli_dist_begin(int *argc, char **argv, int *worker_rc);
 int cli_dist_end(int rc);
 const ink_ep_transport *cli_dist_transport(void);
