@@ -114,8 +114,9 @@ static void test_speculative(void **state)
                              g, model, tn), 0);
         assert_string_equal(out, plain);
         assert_true(same_file(t1, tn));
-        assert_int_equal(run("%s -np %d %s %s -m %s --draft-kind none", mpirun, n, tu_bin(), g, model), 0);
+        assert_int_equal(run("%s -np %d %s %s -m %s --draft-kind none --profile", mpirun, n, tu_bin(), g, model), 0);
         assert_string_equal(out, plain);
+        assert_non_null(strstr(err, "expert exchange"));
     }
 }
 
