@@ -104,8 +104,9 @@ asan: deps
 
 # The pool (src/base/pool.c) is exercised by test_pool, every multi-threaded matmul in test_kernels and the
 # forward passes of test_model; test_server drives `inkling serve` (built with TSan too) from
-# concurrent clients. A data race makes the binary exit 66, which run.sh counts as a failure.
-TSAN_TESTS := test_pool test_kernels test_model test_server
+# concurrent clients; test_ep runs expert-parallel ranks as threads. A data race makes the binary
+# exit 66, which run.sh counts as a failure.
+TSAN_TESTS := test_pool test_kernels test_model test_server test_ep
 tsan: deps
 	@$(MAKE) --no-print-directory MODE=tsan build/tsan/inkling $(TSAN_TESTS:%=build/tsan/tests/%)
 	@TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 tests/run.sh build/tsan
