@@ -469,6 +469,16 @@ typedef struct ink_ep_stats {
     double seconds;                      /* wall time in send + waiting for the replies */
 } ink_ep_stats;
 void ink_model_ep_stats(const ink_model *m, ink_ep_stats *out);
+/* One rank's part of the job. */
+typedef struct ink_ep_rank {
+    int rank, expert0, expert1;          /* its routed experts [expert0, expert1) */
+    long long peak_rss_kb;               /* getrusage high-water mark (file pages included) */
+    unsigned long long requests;         /* requests served (ranks > 0) */
+    unsigned long long bytes_sent, bytes_recv;
+} ink_ep_rank;
+/* Rank 0: every rank's report into out[0 .. n_ranks) (one round trip to each other rank, between
+ * forward passes). Returns n_ranks (1 in one process), or an error (cap too small, not rank 0). */
+int ink_ep_ranks(ink_model *m, ink_ep_rank *out, int cap, ink_err *err);
 
 /* ---- quantization: a checkpoint converted to MLX affine or NVFP4 ------------------------- */
 

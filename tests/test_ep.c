@@ -196,6 +196,19 @@ static void logits_equal(const char *dir)
         assert_int_equal(st.rank, 0);
         assert_true(st.exchanges > 0 && st.exchanges <= st.moe_layers);
         assert_true(st.bytes_sent > 0 && st.bytes_recv > 0);
+        ink_ep_rank rk[MAXR];
+        assert_int_equal(ink_ep_ranks(j->m[0], rk, MAXR, &e), ranks[i]);
+        for (int r = 0; r < ranks[i]; r++) {
+            int e0, e1;
+            ink_ep_range(ink_model_get_info(one)->n_expert, r, ranks[i], &e0, &e1);
+            assert_int_equal(rk[r].rank, r);
+            assert_int_equal(rk[r].expert0, e0);
+            assert_int_equal(rk[r].expert1, e1);
+            assert_true(rk[r].peak_rss_kb > 0);
+            assert_true(r == 0 || rk[r].requests > 0);
+        }
+        assert_int_equal(ink_ep_ranks(j->m[0], rk, 1, &e), INK_E_INVAL);
+        e = (ink_err){0};
         free(a);
         free(b);
         job_end(j);

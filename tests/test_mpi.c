@@ -12,6 +12,8 @@
 
 #include "support/util.h"
 
+#include <jansson.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,11 +111,21 @@ static void test_speculative(void **state)
     snprintf(spec, sizeof spec, "%s", out);
     assert_string_equal(plain, spec);
     for (int n = 2; n <= 3; n++) {
+        char sj[600];
         snprintf(tn, sizeof tn, "%s/trace-%d.json", dir, n);
-        assert_int_equal(run("%s -np %d %s %s -m %s --draft-kind mtp --draft-block-size 3 --trace %s", mpirun, n, tu_bin(),
-                             g, model, tn), 0);
+        snprintf(sj, sizeof sj, "%s/stats-%d.json", dir, n);
+        assert_int_equal(run("%s -np %d %s %s -m %s --draft-kind mtp --draft-block-size 3 --trace %s --stats-json %s",
+                             mpirun, n, tu_bin(), g, model, tn, sj), 0);
         assert_string_equal(out, plain);
         assert_true(same_file(t1, tn));
+        json_error_t je;
+        json_t *st = json_load_file(sj, 0, &je), *ep = json_object_get(st, "expert_parallel");
+        assert_non_null(ep);
+        assert_int_equal(json_integer_value(json_object_get(ep, "ranks")), n);
+        assert_int_equal(json_array_size(json_object_get(ep, "per_rank")), n);
+        assert_true(json_integer_value(json_object_get(json_array_get(json_object_get(ep, "per_rank"), n - 1),
+                                                       "peak_rss_bytes")) > 0);
+        json_decref(st);
         assert_int_equal(run("%s -np %d %s %s -m %s --draft-kind none --profile", mpirun, n, tu_bin(), g, model), 0);
         assert_string_equal(out, plain);
         assert_non_null(strstr(err, "expert exchange"));

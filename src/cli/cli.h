@@ -6,6 +6,8 @@
 
 #include "inkling.h"
 
+#include <stdio.h>
+
 int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
@@ -35,6 +37,9 @@ int cli_dist_begin(int *argc, char **argv, int *worker_rc);
 int cli_dist_end(int rc);
 const ink_ep_transport *cli_dist_transport(void);
 void cli_dist_note_model(const ink_model *m);
+/* Rank 0, an expert-parallel run: the "expert_parallel" member of --stats-json (every rank's experts,
+ * peak RSS and requests; asks the other ranks), one line ending in ",\n". Nothing in one process. */
+void cli_dist_json(FILE *f, ink_model *m);
 /* "MPI (<library version>)" when built with MPI (static string), else NULL. */
 const char *cli_dist_build(void);
 

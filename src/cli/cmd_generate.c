@@ -297,7 +297,7 @@ static void write_controller(FILE *f, const ink_gen_stats *st)
 }
 
 static int write_stats(const char *path, const ink_gen_stats *st, const char *mode, int depth, long dvocab, int capture,
-                       int profile)
+                       int profile, ink_model *m)
 {
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -332,6 +332,7 @@ static int write_stats(const char *path, const ink_gen_stats *st, const char *mo
             st->generated_tokens > 0 ? st->generated_tokens - 1 - st->round_emitted + st->rounds : 0, dvocab,
             capture ? "commit" : "replay");
     if (profile) cli_profile_json(f, st);
+    cli_dist_json(f, m);
     write_controller(f, st);
     return fclose(f) != 0;
 }
@@ -535,7 +536,7 @@ static int generate_once(run *r, const int32_t *ids, int n_ids, int text_mode, i
         print_timings(&st, r->d != NULL, a->mtp_mode);
         if (a->profile) cli_profile_print(stderr, &st);
         if (a->stats_path && write_stats(a->stats_path, &st, r->d ? a->mtp_mode : "none", r->d ? ink_drafter_n_depth(r->d) : 0,
-                                         r->d ? a->en.dvocab : 0, a->capture, a->profile))
+                                         r->d ? a->en.dvocab : 0, a->capture, a->profile, r->m))
             rc = 1;
     }
     if (trace && fclose(trace)) rc = (fprintf(stderr, "inkling: %s: write failed\n", a->trace_path), 1);

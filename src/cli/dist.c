@@ -41,6 +41,23 @@ void cli_dist_note_model(const ink_model *m)
     have_stats = 1;
 }
 
+void cli_dist_json(FILE *f, ink_model *m)
+{
+    if (!cli_dist_transport() || !m) return;
+    ink_ep_stats s;
+    ink_model_ep_stats(m, &s);
+    static ink_ep_rank rk[1024];
+    ink_err e = {0};
+    int n = ink_ep_ranks(m, rk, 1024, &e);
+    fprintf(f, "  \"expert_parallel\": {\"ranks\": %d, \"moe_layers\": %llu, \"round_trips\": %llu, \"requests\": %llu, "
+               "\"rows\": %llu, \"bytes_sent\": %llu, \"bytes_recv\": %llu, \"exchange_seconds\": %.6f, \"per_rank\": [",
+            s.n_ranks, s.moe_layers, s.exchanges, s.requests, s.rows, s.bytes_sent, s.bytes_recv, s.seconds);
+    for (int r = 0; r < n; r++)
+        fprintf(f, "%s\n    {\"rank\": %d, \"experts\": [%d, %d], \"peak_rss_bytes\": %lld, \"requests_served\": %llu}",
+                r ? "," : "", rk[r].rank, rk[r].expert0, rk[r].expert1, rk[r].peak_rss_kb * 1024, rk[r].requests);
+    fprintf(f, "\n  ]},\n");
+}
+
 /* Removes `--parallel expert` from argv; 1 if it was there. Other values are left to the command
  * (serve's `--parallel N` is its slot count). */
 static int take_parallel(int *argc, char **argv)

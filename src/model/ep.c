@@ -15,6 +15,7 @@
  *   reply    r -> rank 0: y[n_r][H] f32, n_r = slots whose expert rank r owns (never 0: rank 0
  *            sends no request to a rank without slots)
  *   stop     rank 0 -> r: ep_hdr (cmd EP_STOP)
+ *   report   rank 0 -> r: ep_hdr (cmd EP_REPORT); r -> rank 0: ep_report
  * No allocation per request on rank 0 (the scratch holds the buffers); a serving rank grows its
  * buffers when a request has more rows than any before. */
 #include "base/prof.h"
@@ -22,18 +23,34 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define EP_MAGIC 0x31504b49u /* "IKP1" */
 #define EP_MAX_RANKS 1024
-enum { EP_MOE = 1, EP_STOP = 2 };
+enum { EP_MOE = 1, EP_STOP = 2, EP_REPORT = 3 };
 
 typedef struct ep_hdr {
     uint32_t magic, cmd;
     int32_t layer, T, k, H;
     uint64_t seq;
 } ep_hdr;
+
+typedef struct ep_report {
+    int64_t peak_rss_kb;
+    int32_t e0, e1;
+    uint64_t requests, bytes_sent, bytes_recv;
+} ep_report;
+
+static void own_report(const ink_ep *ep, ep_report *r)
+{
+    struct rusage ru;
+    memset(r, 0, sizeof *r);
+    r->peak_rss_kb = getrusage(RUSAGE_SELF, &ru) ? 0 : (int64_t)ru.ru_maxrss; /* Linux: KiB */
+    r->e0 = ep->e0, r->e1 = ep->e1;
+    r->requests = ep->st.requests, r->bytes_sent = ep->st.bytes_sent, r->bytes_recv = ep->st.bytes_recv;
+}
 
 void ink_ep_range(int n_expert, int rank, int n_ranks, int *e0, int *e1)
 {
@@ -95,6 +112,31 @@ int ink_ep_stop(const ink_ep_transport *t)
     for (int r = 1; t && r < t->n_ranks; r++)
         if (t->send(t->ctx, r, &h, sizeof h)) return INK_E_IO;
     return INK_OK;
+}
+
+int ink_ep_ranks(ink_model *m, ink_ep_rank *out, int cap, ink_err *err)
+{
+    ink_ep *ep = m->ep;
+    int n = ep ? ep->t.n_ranks : 1;
+    if (ep && ep->t.rank) return ink_err_set(err, INK_E_INVAL, "ink_ep_ranks: only rank 0 asks (this is rank %d)", ep->t.rank);
+    if (cap < n) return ink_err_set(err, INK_E_INVAL, "ink_ep_ranks: room for %d ranks, the job has %d", cap, n);
+    struct rusage ru;
+    memset(out, 0, (size_t)n * sizeof *out);
+    out[0].peak_rss_kb = getrusage(RUSAGE_SELF, &ru) ? 0 : (long long)ru.ru_maxrss;
+    out[0].expert1 = ep ? ep->e1 : m->cfg.n_expert;
+    if (!ep) return 1;
+    out[0].bytes_sent = ep->st.bytes_sent, out[0].bytes_recv = ep->st.bytes_recv;
+    ep_hdr h = {EP_MAGIC, EP_REPORT, 0, 0, 0, 0, 0};
+    for (int r = 1; r < n; r++) ep->t.send(ep->t.ctx, r, &h, sizeof h);
+    for (int r = 1; r < n; r++) {
+        ep_report rep;
+        size_t got = 0;
+        ep->t.probe(ep->t.ctx, r, &got);
+        if (got != sizeof rep) return ink_err_set(err, INK_E_FORMAT, "rank %d answered the report with %zu bytes", r, got);
+        ep->t.recv(ep->t.ctx, r, &rep, sizeof rep);
+        out[r] = (ink_ep_rank){r, rep.e0, rep.e1, (long long)rep.peak_rss_kb, rep.requests, rep.bytes_sent, rep.bytes_recv};
+    }
+    return n;
 }
 
 static void ep_fail(ink_ep *ep, const char *fmt, int a, int b, size_t c, size_t d)
@@ -276,6 +318,12 @@ int ink_ep_serve(ink_model *m, ink_err *err)
         }
         ep->st.bytes_recv += n;
         if (h.cmd == EP_STOP) break;
+        if (h.cmd == EP_REPORT) {
+            ep_report rep;
+            own_report(ep, &rep);
+            ep->t.send(ep->t.ctx, 0, &rep, sizeof rep);
+            continue;
+        }
         if ((rc = check_request(m, &h, n, err))) break;
         if (h.T > sc.chunk) {
             ink_scratch_free(&sc);
