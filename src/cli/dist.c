@@ -233,7 +233,8 @@ static int check_fingerprints(const char *dir, uint64_t mine)
             fprintf(stderr, "inkling: rank %d: checkpoint %s differs from rank 0's (hash of config.json, shard names and "
                             "sizes, --activations: %016llx vs %016llx): every rank needs the same checkpoint files\n",
                     r, dir, (unsigned long long)mine, (unsigned long long)all[0]);
-        if (!tr.rank && r) fprintf(stderr, "inkling: rank %d's checkpoint does not match rank 0's %s; ending the job\n", r, dir);
+        if (!tr.rank && r && all[r] && all[0])
+            fprintf(stderr, "inkling: rank %d's checkpoint does not match rank 0's %s; ending the job\n", r, dir);
     }
     return bad;
 }
@@ -337,9 +338,13 @@ static void report(long (*v)[4])
                 s->moe_layers, s->rows, s->exchanges, s->requests, (double)s->bytes_sent / 1e6, (double)s->bytes_recv / 1e6,
                 s->seconds * 1e3, s->exchanges ? s->seconds * 1e6 / (double)s->exchanges : 0.0);
     fputc('\n', stderr);
-    for (int r = 0; r < tr.n_ranks; r++)
-        fprintf(stderr, "  rank %d: routed experts [%ld, %ld), %ld requests served, peak RSS %.1f MiB\n", r, v[r][1],
-                v[r][2], v[r][3], (double)v[r][0] / 1024.0);
+    for (int r = 0; r < tr.n_ranks; r++) {
+        if (v[r][2] > v[r][1])
+            fprintf(stderr, "  rank %d: routed experts [%ld, %ld), %ld requests served, peak RSS %.1f MiB\n", r, v[r][1],
+                    v[r][2], v[r][3], (double)v[r][0] / 1024.0);
+        else
+            fprintf(stderr, "  rank %d: model not loaded, peak RSS %.1f MiB\n", r, (double)v[r][0] / 1024.0);
+    }
 }
 
 int cli_dist_end(int rc)
