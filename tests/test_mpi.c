@@ -1,9 +1,9 @@
 /* test_mpi.c — expert parallelism over MPI (issue 19): `mpirun -np 2` and `-np 3` on localhost give
- * logits bitwise equal to one process (the golden MoE model and the bundled one), greedy speculative
- * output and traces equal to one process and to plain decoding; a killed rank, a rank that cannot
- * load its share and mismatched checkpoints end the job with a message naming the rank, never a
- * hang (every mpirun runs under `timeout`). Each test reports SKIPPED (never passed) where mpirun
- * is missing or the binary was built without MPI. */
+ * logits bitwise equal to one process (the golden MoE model, the bundled one and its MLX 4-bit and
+ * NVFP4 quantizations), greedy speculative output and traces equal to one process and to plain
+ * decoding; a killed rank, a rank that cannot load its share and mismatched checkpoints end the job
+ * with a message naming the rank, never a hang (every mpirun runs under `timeout`). Each test
+ * reports SKIPPED (never passed) where mpirun is missing or the binary was built without MPI. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -94,6 +94,21 @@ static void test_logits_bundled(void **state)
     need_mpi();
     if (access(KJV "/model.safetensors", R_OK)) skip();
     logits_equal(KJV, "5,17,300,42,9,1000,77,2048,13,600,4000,250", "kjv");
+}
+
+/* Quantized weights (MLX 4-bit with int8 activations, NVFP4 routed experts) split bitwise too. */
+static void test_logits_quantized(void **state)
+{
+    (void)state;
+    need_mpi();
+    if (access(KJV "/model.safetensors", R_OK)) skip();
+    const char *modes[2][2] = {{"q4", "--bits 4"}, {"nvfp4", "--mode nvfp4"}};
+    for (int i = 0; i < 2; i++) {
+        char q[600];
+        snprintf(q, sizeof q, "%s/%s", dir, modes[i][0]);
+        assert_int_equal(run("%s quantize -m " KJV " -o %s %s --force", tu_bin(), q, modes[i][1]), 0);
+        logits_equal(q, "5,17,300,42,9,1000,77,2048", modes[i][0]);
+    }
 }
 
 /* Greedy MTP with a fixed block: ids and trace of N ranks equal one process's, ids equal plain. */
@@ -215,6 +230,7 @@ int main(void)
     const struct CMUnitTest t[] = {
         cmocka_unit_test(test_logits_golden),
         cmocka_unit_test(test_logits_bundled),
+        cmocka_unit_test(test_logits_quantized),
         cmocka_unit_test(test_speculative),
         cmocka_unit_test(test_killed_rank),
         cmocka_unit_test(test_mismatch_and_load_failure),
