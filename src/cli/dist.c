@@ -283,6 +283,32 @@ static int serve_share(void)
     return cli_dist_end(0);
 }
 
+/* The checks every rank makes on its own arguments before the job starts (ranks may be launched
+ * with different ones: MPMD); they decide together. Rank 0's messages are printed, and another
+ * rank's when rank 0 had none (the same message from every rank would say nothing more). Returns
+ * the model directory (static) with *rc 0, or NULL with *rc the exit code. */
+static const char *start_checks(const dargs *d, int provided, int *rc)
+{
+    static char dirbuf[4352];
+    char msg[512] = "";
+    const char *dir = NULL;
+    *rc = 0;
+    if (!supported(d->cmd))
+        snprintf(msg, sizeof msg, "%s: not a command that runs across ranks (generate, logits, chat, serve)", d->cmd), *rc = 2;
+    else if (provided < MPI_THREAD_SERIALIZED && !strcmp(d->cmd, "serve"))
+        snprintf(msg, sizeof msg, "serve: this MPI does not support MPI_THREAD_SERIALIZED"), *rc = 1;
+    else if (!(dir = ink_cli_model_dir(d->model)))
+        snprintf(msg, sizeof msg, "no model: pass -m DIR (no bundled default model was found)"), *rc = 2;
+    int all[1024];
+    MPI_Allgather(rc, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
+    if (*rc && (!tr.rank || !all[0])) fprintf(stderr, "inkling: rank %d: %s\n", tr.rank, msg);
+    for (int r = 0; r < tr.n_ranks && !*rc; r++)
+        if (all[r]) *rc = all[r];
+    if (*rc) return NULL;
+    snprintf(dirbuf, sizeof dirbuf, "%s", dir);
+    return dirbuf;
+}
+
 int cli_dist_begin(int *argc, char **argv, int *worker_rc)
 {
     *worker_rc = -1;
@@ -293,28 +319,19 @@ int cli_dist_begin(int *argc, char **argv, int *worker_rc)
     MPI_Comm_rank(MPI_COMM_WORLD, &tr.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &tr.n_ranks);
     tr.send = mpi_send, tr.probe = mpi_probe, tr.recv = mpi_recv, tr.fail = mpi_fail;
-    if (tr.n_ranks > 1024) tr.n_ranks = 1; /* refused below */
     dargs d;
     parse_args(*argc, argv, &d);
     int rc = 0;
+    if (tr.n_ranks > 1024) {
+        if (!tr.rank) fprintf(stderr, "inkling: %d ranks: at most 1024\n", tr.n_ranks);
+        MPI_Finalize();
+        return *worker_rc = 2;
+    }
     if (tr.n_ranks == 1) {
         if (p) fprintf(stderr, "inkling: --parallel expert with one rank: running as one process\n");
         return 0; /* cli_dist_end finalizes */
     }
-    if (!supported(d.cmd)) {
-        if (!tr.rank) fprintf(stderr, "inkling: %s: not a command that runs across ranks (generate, logits, chat, serve)\n", d.cmd);
-        rc = 2;
-    } else if (provided < MPI_THREAD_SERIALIZED && !strcmp(d.cmd, "serve")) {
-        if (!tr.rank) fprintf(stderr, "inkling serve: this MPI does not support MPI_THREAD_SERIALIZED\n");
-        rc = 1;
-    }
-    const char *dir = rc ? NULL : ink_cli_model_dir(d.model);
-    static char dirbuf[4352];
-    if (!rc && !dir) {
-        if (!tr.rank) fprintf(stderr, "inkling: no model: pass -m DIR (no bundled default model was found)\n");
-        rc = 2;
-    }
-    if (!rc) snprintf(dirbuf, sizeof dirbuf, "%s", dir), dir = dirbuf;
+    const char *dir = start_checks(&d, provided, &rc);
     if (!rc && check_fingerprints(dir, fingerprint(dir, d.activations))) rc = 1;
     if (!rc && open_shares(&d, dir)) rc = 1;
     if (rc) {
