@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #ifdef INK_HAVE_MPI
 #include <mpi.h>
@@ -127,12 +128,33 @@ static int mpi_send(void *ctx, int to, const void *buf, size_t n)
     return 0;
 }
 
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* MPI_Probe spins: an idle rank (a server between requests) would burn a core for as long as it
+ * waits. This polls for SPIN_S (longer than the dense work between two MoE layers of a step, ~1-2
+ * ms on the large models, so requests and replies within a step are caught spinning), then sleeps
+ * between polls, 50 us at first, 1 ms once idle for 50 ms: the first request after an idle spell
+ * waits up to 1 ms more. */
+#define SPIN_S 5e-3
 static int mpi_probe(void *ctx, int from, size_t *n)
 {
     (void)ctx;
     MPI_Status st;
-    int cnt = 0;
-    MPI_Probe(from, TAG, MPI_COMM_WORLD, &st);
+    int cnt = 0, flag = 0;
+    double t0 = now_s();
+    for (;;) {
+        MPI_Iprobe(from, TAG, MPI_COMM_WORLD, &flag, &st);
+        if (flag) break;
+        double idle = now_s() - t0;
+        if (idle < SPIN_S) continue;
+        struct timespec ts = {0, idle < 50e-3 ? 50000 : 1000000};
+        nanosleep(&ts, NULL);
+    }
     MPI_Get_count(&st, MPI_BYTE, &cnt);
     *n = (size_t)cnt;
     return 0;
