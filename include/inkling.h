@@ -433,10 +433,10 @@ const char *ink_profile_name(int cat); /* static string */
  * (src/cli/dist.c). Rank 0 runs the model as one process would (tokenizer, sampling, the drafter,
  * every dense part, the shared experts, all I/O) plus its share of the routed experts; every other
  * rank serves its share (ink_ep_serve) and touches no other weight. Routed experts are split in
- * contiguous ranges (ink_ep_range). Per MoE layer of a forward, rank 0 sends the layer's input rows
- * and their chosen expert ids to every other rank and receives the outputs of their experts for the
- * rows that chose them: one round trip per MoE layer for all rows of the forward (a verify of K
- * rows costs what one row does in latency). Rank 0 sums in the single-process order (routed experts
+ * contiguous ranges (ink_ep_range). Per MoE layer of a forward, rank 0 sends each rank owning a
+ * chosen expert the rows that chose one of its experts, with their chosen ids, and receives the
+ * outputs of its experts for those rows: one round trip per MoE layer for all rows of the forward
+ * (a verify of K rows costs what one row does in latency). Rank 0 sums in the single-process order (routed experts
  * in ascending id, then shared), so logits, tokens and speculative traces are bitwise those of one
  * process, whatever the ranks' thread counts.
  * Messages between two ranks arrive in the order sent. A callback returns 0; one that cannot deliver
@@ -445,7 +445,7 @@ const char *ink_profile_name(int cat); /* static string */
 struct ink_ep_transport {
     int rank, n_ranks;
     void *ctx;
-    int (*send)(void *ctx, int to, const void *buf, size_t n);
+    int (*send)(void *ctx, int to, const void *buf, size_t n); /* buf may be reused when it returns */
     int (*probe)(void *ctx, int from, size_t *n); /* blocks until a message from `from` is there: its bytes */
     int (*recv)(void *ctx, int from, void *buf, size_t n); /* that message, whose size probe gave */
     void (*fail)(void *ctx, const char *msg);

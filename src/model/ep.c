@@ -2,7 +2,7 @@
  *
  * Rank 0 runs the whole forward pass but the routed experts of the other ranks. Per MoE layer it
  * routes every row (the router is rank 0's), sends one request to each rank that owns a chosen
- * expert (header, the layer's input rows, every row's chosen ids), computes its own experts and the
+ * expert (header, the input rows that chose one of its experts, their chosen ids), computes its own experts and the
  * shared ones meanwhile, and receives each rank's outputs: one row of H floats per (row, chosen
  * expert) slot it owns, in slot order (row, then selection order). The sum is then made as one
  * process makes it (forward.c's moe: routed experts in ascending id, then shared, each output
@@ -11,7 +11,7 @@
  * the result is bitwise the single-process one.
  *
  * Messages (native byte order: the ranks of one job run one build):
- *   request  rank 0 -> r: ep_hdr (cmd EP_MOE), x[T][H] f32, chosen[T][k] i32
+ *   request  rank 0 -> r: ep_hdr (cmd EP_MOE, T = the rows with a slot on r), x[T][H] f32, chosen[T][k] i32
  *   reply    r -> rank 0: y[n_r][H] f32, n_r = slots whose expert rank r owns (never 0: rank 0
  *            sends no request to a rank without slots)
  *   stop     rank 0 -> r: ep_hdr (cmd EP_STOP)
@@ -146,25 +146,44 @@ static void ep_fail(ink_ep *ep, const char *fmt, int a, int b, size_t c, size_t 
     ep->t.fail(ep->t.ctx, msg);
 }
 
-/* Sends the request of layer w's T rows to every rank with slots (cnt[r] > 0). */
+/* Sends to every rank with slots (cnt[r] > 0) the request of layer w: the rows, of the T, that chose
+ * at least one of its experts (in row order) with their chosen ids. The rank's slots in those rows,
+ * in row then selection order, are its slots of all T rows in the same order. One message buffer:
+ * the transport's send is done with it when it returns. */
 static void ep_request(ink_ep *ep, const ink_layer_env *env, const ink_layer_w *w, const float *x, int T,
                        const int *chosen, const int *cnt, ink_scratch *s)
 {
     const ink_config *c = env->cfg;
-    int H = c->hidden, k = c->n_expert_used;
-    ep_hdr h = {EP_MAGIC, EP_MOE, (int32_t)(w - ep->layers), T, k, H, ++ep->seq};
-    size_t xb = (size_t)T * H * sizeof(float), len = ink_ep_msg_bytes(c, T);
-    memcpy(s->ep_msg, &h, sizeof h);
-    memcpy(s->ep_msg + sizeof h, x, xb);
-    for (int i = 0; i < T * k; i++) {
-        int32_t e = chosen[i];
-        memcpy(s->ep_msg + sizeof h + xb + (size_t)i * sizeof e, &e, sizeof e);
-    }
-    for (int r = 1; r < ep->t.n_ranks; r++)
-        if (cnt[r]) {
-            ep->t.send(ep->t.ctx, r, s->ep_msg, len);
-            ep->st.bytes_sent += len;
+    int H = c->hidden, k = c->n_expert_used, E = c->n_expert, n = ep->t.n_ranks;
+    uint64_t seq = ++ep->seq;
+    for (int r = 1; r < n; r++) {
+        if (!cnt[r]) continue;
+        int a, b, nr = 0, i = 0;
+        ink_ep_range(E, r, n, &a, &b);
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < k; j++)
+                if (chosen[t * k + j] >= a && chosen[t * k + j] < b) {
+                    nr++;
+                    break;
+                }
+        unsigned char *xs = s->ep_msg + sizeof(ep_hdr), *ids = xs + (size_t)nr * H * sizeof(float);
+        for (int t = 0; t < T; t++) {
+            int mine = 0;
+            for (int j = 0; j < k; j++) mine |= chosen[t * k + j] >= a && chosen[t * k + j] < b;
+            if (!mine) continue;
+            memcpy(xs + (size_t)i * H * sizeof(float), x + (size_t)t * H, (size_t)H * sizeof(float));
+            for (int j = 0; j < k; j++) {
+                int32_t e = chosen[t * k + j];
+                memcpy(ids + ((size_t)i * k + j) * sizeof e, &e, sizeof e);
+            }
+            i++;
         }
+        ep_hdr h = {EP_MAGIC, EP_MOE, (int32_t)(w - ep->layers), nr, k, H, seq};
+        memcpy(s->ep_msg, &h, sizeof h);
+        size_t len = ink_ep_msg_bytes(c, nr);
+        ep->t.send(ep->t.ctx, r, s->ep_msg, len);
+        ep->st.bytes_sent += len;
+    }
 }
 
 /* Receives every requested rank's outputs into its slots' rows of s->ep_y. */
