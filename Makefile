@@ -22,6 +22,18 @@ CFLAGS  += $(CSTD) $(WARN) $(OPT_$(MODE)) -Iinclude -Isrc -Itests -MMD -MP
 LDFLAGS += $(filter -fsanitize=%,$(OPT_$(MODE)))
 LDLIBS  += -ljansson -lpcre2-8 -lcurl -lcrypto -lmicrohttpd -lpthread -lm
 
+# Expert parallelism over MPI (issue 19, docs/distributed.md): MPI=auto (the default) builds
+# src/cli/dist.c against the MPI that `mpicc` wraps (Debian: libopenmpi-dev) when there is one, MPI=0
+# never. Only the CLI object dist.o includes mpi.h and only the binaries link it: libinkling.a never
+# does. Without MPI the build is the same as before (dist.c then only refuses --parallel expert).
+MPI ?= auto
+MPICC := $(if $(filter 0 no,$(MPI)),,$(shell command -v mpicc 2>/dev/null))
+ifneq ($(MPICC),)
+MPI_CFLAGS := -DINK_HAVE_MPI $(patsubst -I%,-isystem %,$(shell $(MPICC) --showme:compile 2>/dev/null))
+LDLIBS     += $(shell $(MPICC) --showme:link 2>/dev/null)
+$(BUILD)/src/cli/dist.o: CFLAGS += $(MPI_CFLAGS)
+endif
+
 LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
 CLI_SRC  := $(shell find src/cli -name '*.c' | sort)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -92,8 +104,9 @@ asan: deps
 
 # The pool (src/base/pool.c) is exercised by test_pool, every multi-threaded matmul in test_kernels and the
 # forward passes of test_model; test_server drives `inkling serve` (built with TSan too) from
-# concurrent clients. A data race makes the binary exit 66, which run.sh counts as a failure.
-TSAN_TESTS := test_pool test_kernels test_model test_server
+# concurrent clients; test_ep runs expert-parallel ranks as threads. A data race makes the binary
+# exit 66, which run.sh counts as a failure.
+TSAN_TESTS := test_pool test_kernels test_model test_server test_ep
 tsan: deps
 	@$(MAKE) --no-print-directory MODE=tsan build/tsan/inkling $(TSAN_TESTS:%=build/tsan/tests/%)
 	@TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 tests/run.sh build/tsan
@@ -217,7 +230,7 @@ QEMU_AARCH64 ?= qemu-aarch64-static
 OPT_aarch64  := -O2 -g -fno-omit-frame-pointer
 .PHONY: cross-aarch64 cross-aarch64-build
 cross-aarch64-build:
-	@$(MAKE) --no-print-directory MODE=aarch64 CC=$(CROSS)gcc AR=$(CROSS)ar check-build
+	@$(MAKE) --no-print-directory MODE=aarch64 CC=$(CROSS)gcc AR=$(CROSS)ar MPI=0 check-build
 	@printf '#!/bin/sh\nexec %s "%s/build/aarch64/inkling" "$$@"\n' "$(QEMU_AARCH64)" "$(CURDIR)" > build/aarch64/inkling-qemu
 	@chmod +x build/aarch64/inkling-qemu
 

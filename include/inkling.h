@@ -66,9 +66,14 @@ enum ink_activations {
     INK_ACT_INT8 = 2, /* int8 activations for quantized weights (the same as AUTO today) */
 };
 
+typedef struct ink_ep_transport ink_ep_transport;
+
 typedef struct ink_model_opts {
     int n_threads;   /* compute threads; <= 0 means the number of online cores */
     int activations; /* enum ink_activations (0: AUTO) */
+    /* NULL (or n_ranks 1): one process. Otherwise the model takes part in an expert-parallel job
+     * (see "expert parallelism" below); the struct is copied, its ctx borrowed. */
+    const ink_ep_transport *expert_parallel;
 } ink_model_opts;
 
 /* Parses "auto", "f32" or "int8" into an enum ink_activations; -1 for anything else. */
@@ -406,7 +411,9 @@ int ink_gen_run(ink_gen *g, const int32_t *prompt, int n_prompt, const ink_gen_o
 enum ink_prof_cat {
     INK_PROF_EMBED, INK_PROF_NORM, INK_PROF_QKV, INK_PROF_CONV, INK_PROF_ATTN, INK_PROF_WO, INK_PROF_ADD,
     INK_PROF_ROUTER, INK_PROF_EXPERT, INK_PROF_SHARED, INK_PROF_DENSE, INK_PROF_COMBINE, INK_PROF_HEAD,
-    INK_PROF_SAMPLE, INK_PROF_N
+    INK_PROF_SAMPLE,
+    INK_PROF_EXCHANGE, /* expert parallel: sending MoE rows to the other ranks, waiting for their outputs */
+    INK_PROF_N
 };
 typedef struct ink_profile {
     double seconds[INK_PROF_N];
@@ -419,6 +426,59 @@ void ink_profile_enable(int on);
 void ink_profile_reset(void);
 void ink_profile_get(ink_profile *out);
 const char *ink_profile_name(int cat); /* static string */
+
+/* ---- expert parallelism (issue 19, docs/distributed.md) ------------------------------------- */
+
+/* A message transport between the ranks of one job. The library never links one: the CLI's is MPI
+ * (src/cli/dist.c). Rank 0 runs the model as one process would (tokenizer, sampling, the drafter,
+ * every dense part, the shared experts, all I/O) plus its share of the routed experts; every other
+ * rank serves its share (ink_ep_serve) and touches no other weight. Routed experts are split in
+ * contiguous ranges (ink_ep_range). Per MoE layer of a forward, rank 0 sends each rank owning a
+ * chosen expert the rows that chose one of its experts, with their chosen ids, and receives the
+ * outputs of its experts for those rows: one round trip per MoE layer for all rows of the forward
+ * (a verify of K rows costs what one row does in latency). Rank 0 sums in the single-process order (routed experts
+ * in ascending id, then shared), so logits, tokens and speculative traces are bitwise those of one
+ * process, whatever the ranks' thread counts.
+ * Messages between two ranks arrive in the order sent. A callback returns 0; one that cannot deliver
+ * must end the job itself (a forward pass cannot stop half way), and so must `fail`, which the
+ * library calls (with a message) when a message breaks the protocol; `fail` never returns. */
+struct ink_ep_transport {
+    int rank, n_ranks;
+    void *ctx;
+    int (*send)(void *ctx, int to, const void *buf, size_t n); /* buf may be reused when it returns */
+    int (*probe)(void *ctx, int from, size_t *n); /* blocks until a message from `from` is there: its bytes */
+    int (*recv)(void *ctx, int from, void *buf, size_t n); /* that message, whose size probe gave */
+    void (*fail)(void *ctx, const char *msg);
+};
+/* Routed experts [*e0, *e1) of `rank` of n_ranks: ids n_expert*rank/n_ranks .. */
+void ink_ep_range(int n_expert, int rank, int n_ranks, int *e0, int *e1);
+/* A rank > 0: serves rank 0's MoE requests on model `m` (opened with this transport) until rank 0
+ * sends the stop (ink_ep_stop). Returns INK_OK then; a malformed request ends it with INK_E_FORMAT.
+ * Allocates only when a request has more rows than any before. */
+int ink_ep_serve(ink_model *m, ink_err *err);
+/* Rank 0: tells every other rank to leave ink_ep_serve. */
+int ink_ep_stop(const ink_ep_transport *t);
+/* What the exchange has cost so far (rank 0; zeros in one process). */
+typedef struct ink_ep_stats {
+    int rank, n_ranks, expert0, expert1; /* this rank's routed experts [expert0, expert1) */
+    unsigned long long moe_layers;       /* MoE layer forwards (rank 0) */
+    unsigned long long exchanges;        /* of those, the ones that needed another rank: round trips */
+    unsigned long long requests;         /* requests sent (rank 0: up to n_ranks - 1 per round trip) or served */
+    unsigned long long rows;             /* token rows of those layers (rank 0) or requests (served) */
+    unsigned long long bytes_sent, bytes_recv;
+    double seconds;                      /* wall time in send + waiting for the replies */
+} ink_ep_stats;
+void ink_model_ep_stats(const ink_model *m, ink_ep_stats *out);
+/* One rank's part of the job. */
+typedef struct ink_ep_rank {
+    int rank, expert0, expert1;          /* its routed experts [expert0, expert1) */
+    long long peak_rss_kb;               /* getrusage high-water mark (file pages included) */
+    unsigned long long requests;         /* requests served (ranks > 0) */
+    unsigned long long bytes_sent, bytes_recv;
+} ink_ep_rank;
+/* Rank 0: every rank's report into out[0 .. n_ranks) (one round trip to each other rank, between
+ * forward passes). Returns n_ranks (1 in one process), or an error (cap too small, not rank 0). */
+int ink_ep_ranks(ink_model *m, ink_ep_rank *out, int cap, ink_err *err);
 
 /* ---- quantization: a checkpoint converted to MLX affine or NVFP4 ------------------------- */
 

@@ -47,7 +47,7 @@ static int route_seq(ink_model *m, const int32_t *ids, int len, int **chosen /* 
     int L = c->n_layer, H = c->hidden, k = c->n_expert_used;
     ink_err e = {0};
     ink_scratch sc;
-    const ink_layer_env env = {&m->cfg, m->pool};
+    const ink_layer_env env = {&m->cfg, m->pool, NULL};
     if (ink_scratch_init(&sc, &env, CHUNK, len, &e)) return die("scratch", e.msg);
     ink_layer_cache *lc = calloc((size_t)L, sizeof *lc);
     float *x = malloc((size_t)CHUNK * H * sizeof(float));

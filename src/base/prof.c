@@ -8,7 +8,7 @@ static ink_profile totals;
 
 static const char *const names[INK_PROF_N] = {
     "embed", "norms", "attn proj (q k v r)", "convs", "attention", "attn out (o)", "residual adds",
-    "router", "routed experts", "shared experts", "dense mlp", "moe gather/combine", "lm head", "sampling",
+    "router", "routed experts", "shared experts", "dense mlp", "moe gather/combine", "lm head", "sampling", "expert exchange",
 };
 
 void ink_prof_add(int cat, double seconds, size_t bytes)

@@ -297,7 +297,7 @@ static void write_controller(FILE *f, const ink_gen_stats *st)
 }
 
 static int write_stats(const char *path, const ink_gen_stats *st, const char *mode, int depth, long dvocab, int capture,
-                       int profile)
+                       int profile, ink_model *m)
 {
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -332,6 +332,7 @@ static int write_stats(const char *path, const ink_gen_stats *st, const char *mo
             st->generated_tokens > 0 ? st->generated_tokens - 1 - st->round_emitted + st->rounds : 0, dvocab,
             capture ? "commit" : "replay");
     if (profile) cli_profile_json(f, st);
+    cli_dist_json(f, m);
     write_controller(f, st);
     return fclose(f) != 0;
 }
@@ -384,6 +385,7 @@ static void run_free(run *r)
     ink_session_free(r->s);
     ink_drafter_free(r->d);
     ink_tokenizer_free(r->tok);
+    cli_dist_note_model(r->m);
     ink_model_free(r->m);
 }
 
@@ -406,7 +408,8 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     if (a->stats_path && arg_out_file("--stats-json", a->stats_path)) return 1;
     if (a->trace_path && arg_out_file("--trace", a->trace_path)) return 1;
     if (isatty(2)) fprintf(stderr, "loading %s ...\r", r->dir);
-    ink_model_opts mo = {.n_threads = (int)a->threads, .activations = a->activations};
+    ink_model_opts mo = {.n_threads = (int)a->threads, .activations = a->activations,
+                         .expert_parallel = cli_dist_transport()};
     if (ink_model_open(&r->m, r->dir, &mo, &r->e)) return cli_fail(&r->e);
     if (a->check_tensors && ink_model_check_tensors(r->m, &r->e)) return cli_fail(&r->e);
     if (cfg_generation_eos(r->dir, ink_model_n_vocab(r->m))) return 1;
@@ -533,7 +536,7 @@ static int generate_once(run *r, const int32_t *ids, int n_ids, int text_mode, i
         print_timings(&st, r->d != NULL, a->mtp_mode);
         if (a->profile) cli_profile_print(stderr, &st);
         if (a->stats_path && write_stats(a->stats_path, &st, r->d ? a->mtp_mode : "none", r->d ? ink_drafter_n_depth(r->d) : 0,
-                                         r->d ? a->en.dvocab : 0, a->capture, a->profile))
+                                         r->d ? a->en.dvocab : 0, a->capture, a->profile, r->m))
             rc = 1;
     }
     if (trace && fclose(trace)) rc = (fprintf(stderr, "inkling: %s: write failed\n", a->trace_path), 1);

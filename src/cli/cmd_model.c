@@ -54,7 +54,7 @@ static int open_model_opts(const common *c, ink_model **m, int header_only, ink_
         return 2;
     }
     if (arg_model_dir("-m", c->model)) return 1;
-    ink_model_opts o = {.n_threads = (int)c->threads};
+    ink_model_opts o = {.n_threads = (int)c->threads, .expert_parallel = header_only ? NULL : cli_dist_transport()};
     if (c->check_tensors) header_only = 0; /* the scan reads the data */
     if ((header_only ? ink_model_open_headers : ink_model_open)(m, c->model, &o, e)) return cli_fail(e);
     if (c->check_tensors && ink_model_check_tensors(*m, e)) {
@@ -216,6 +216,7 @@ int cmd_logits(int argc, char **argv)
     free(lg);
     free(ids);
     ink_session_free(s);
+    cli_dist_note_model(m);
     ink_model_free(m);
     return rc;
 }

@@ -259,6 +259,7 @@ static ink_server_opts server_opts(const sargs *s, const char *dir, const char *
     o.draft_vocab = (int)s->en.dvocab, o.rollback_replay = (int)s->replay;
     o.block_size = (int)s->en.block, o.mtp_mode = !strcmp(s->mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
     o.activations = s->act;
+    o.expert_parallel = cli_dist_transport();
     o.n_threads = (int)s->threads, o.n_ctx = (int)s->n_ctx, o.queue_max = (int)s->queue, o.body_max = (size_t)s->body_limit;
     o.ping_s = s->ping, o.max_conn = (int)s->max_conn, o.timeout_s = (int)s->timeout, o.default_max_tokens = (int)s->n_predict;
     o.sampling = cli_sampling_value(&s->smp);

@@ -48,7 +48,17 @@ static int finish(int rc)
     return rc;
 }
 
+static int dispatch(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+    int wrc, rc = cli_dist_begin(&argc, argv, &wrc);
+    if (wrc >= 0) return finish(wrc); /* a rank > 0 of an expert-parallel job: done serving */
+    if (rc) return finish(rc);
+    return finish(cli_dist_end(dispatch(argc, argv)));
+}
+
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -56,15 +66,16 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return finish(0);
+        return 0;
     }
     if (!strcmp(argv[1], "-V") || !strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
         printf("inkling %s\n", INK_VERSION);
-        return finish(0);
+        if (cli_dist_build()) printf("expert parallel: %s (mpirun -np N inkling ..., docs/distributed.md)\n", cli_dist_build());
+        return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
-            return finish(commands[i].fn(argc - 1, argv + 1));
+            return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "inkling: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

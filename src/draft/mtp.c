@@ -160,7 +160,7 @@ int ink_drafter_prepare(ink_drafter *d, int n_ctx, ink_err *err)
             if (!(p->cache.capt[i] = malloc((size_t)INK_CHUNK * (S ? p->cache.conv_n[i] / S : 1) * sizeof(float) + 1)))
                 return ink_err_set(err, INK_E_NOMEM, "out of memory");
     }
-    if ((rc = ink_scratch_init(&d->sc, &(ink_layer_env){&d->cfg, d->target->pool}, INK_CHUNK, n_ctx, err))) return rc;
+    if ((rc = ink_scratch_init(&d->sc, &(ink_layer_env){&d->cfg, d->target->pool, NULL}, INK_CHUNK, n_ctx, err))) return rc;
     d->in2 = malloc((size_t)INK_CHUNK * 2 * H * sizeof(float));
     d->tmp = malloc((size_t)INK_CHUNK * H * sizeof(float));
     if (!d->in2 || !d->tmp) return ink_err_set(err, INK_E_NOMEM, "out of memory");
@@ -180,7 +180,7 @@ void ink_depth_forward(ink_drafter *d, int m, const float *h, const int32_t *tok
     ink_depth *p = &d->d[m];
     int H = d->cfg.hidden;
     float eps = d->cfg.eps;
-    const ink_layer_env env = {&d->cfg, tm->pool}; /* the drafter's config, the target's pool */
+    const ink_layer_env env = {&d->cfg, tm->pool, NULL}; /* the drafter's config, the target's pool */
     for (int t0 = 0; t0 < T; t0 += INK_CHUNK) {
         int n = T - t0 < INK_CHUNK ? T - t0 : INK_CHUNK;
         for (int t = 0; t < n; t++) {

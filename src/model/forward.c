@@ -61,6 +61,18 @@ int ink_scratch_init(ink_scratch *s, const ink_layer_env *env, int chunk, int n_
         return ink_err_set(err, INK_E_NOMEM, "cannot allocate %zu bytes of scratch", total * sizeof(float));
     }
     memset(s->mem, 0, total * sizeof(float));
+    if (env->ep) {
+        int k = c->n_expert_used, S = c->n_shared;
+        s->ep_msg_bytes = ink_ep_msg_bytes(c, chunk);
+        s->ep_y = malloc((size_t)chunk * k * H * sizeof(float));
+        s->ep_sh = malloc((size_t)(S ? S : 1) * chunk * H * sizeof(float));
+        s->ep_pos = malloc((size_t)chunk * k * sizeof(int));
+        s->ep_msg = malloc(s->ep_msg_bytes);
+        if (!s->ep_y || !s->ep_sh || !s->ep_pos || !s->ep_msg) {
+            ink_scratch_free(s);
+            return ink_err_set(err, INK_E_NOMEM, "cannot allocate the expert-parallel buffers of %d rows", chunk);
+        }
+    }
     float **dst[13] = {&s->a, &s->q, &s->k, &s->v, &s->r, &s->o, &s->u, &s->ext, &s->ffn, &s->ffn2, &s->logits_r,
                        &s->scores, &s->moe_acc};
     float *p = s->mem;
@@ -76,6 +88,10 @@ void ink_scratch_free(ink_scratch *s)
     free(s->rows);
     free(s->route_w);
     free(s->row_w);
+    free(s->ep_y);
+    free(s->ep_sh);
+    free(s->ep_pos);
+    free(s->ep_msg);
     memset(s, 0, sizeof *s);
 }
 
@@ -237,8 +253,7 @@ static void swiglu_run(const ink_layer_env *env, const ink_ffn_w *f, const float
 }
 
 /* The same, profiled as part `cat` (routed experts, shared experts or the dense MLP). */
-static void swiglu(const ink_layer_env *env, const ink_ffn_w *f, const float *x, int T, float *out, ink_scratch *s,
-                   int cat)
+void ink_swiglu(const ink_layer_env *env, const ink_ffn_w *f, const float *x, int T, float *out, ink_scratch *s, int cat)
 {
     size_t b = ink_prof_on ? ink_mat_bytes(&f->gate) + ink_mat_bytes(&f->up) + ink_mat_bytes(&f->down) : 0;
     INK_PROF(cat, b, swiglu_run(env, f, x, T, out, s));
@@ -272,8 +287,30 @@ void ink_route(const ink_config *c, const float *logit, const float *bias, float
     for (int j = 0; j < k + S; j++) wt[j] = expf(ls[j] - lse) * c->route_scale * gscale;
 }
 
+void ink_moe_experts(const ink_layer_env *env, const ink_layer_w *w, const float *x, int T, const int *chosen, int e0,
+                     int e1, const int *pos, float *Y, ink_scratch *s)
+{
+    int H = env->cfg->hidden, k = env->cfg->n_expert_used, *slot = s->rows;
+    float *gx = s->moe_acc, *gy = s->moe_acc + (size_t)s->chunk * H;
+    for (int e = e0; e < e1; e++) {
+        int n = 0;
+        for (int i = 0; i < T * k; i++)
+            if (chosen[i] == e) slot[n++] = i;
+        if (!n) continue;
+        for (int i = 0; i < n; i++)
+            memcpy(gx + (size_t)i * H, x + (size_t)(slot[i] / k) * H, (size_t)H * sizeof(float));
+        ink_swiglu(env, &w->experts[e], gx, n, gy, s, INK_PROF_EXPERT);
+        for (int i = 0; i < n; i++)
+            memcpy(Y + (size_t)pos[slot[i]] * H, gy + (size_t)i * H, (size_t)H * sizeof(float));
+    }
+}
+
 static void moe(const ink_layer_env *env, const ink_layer_w *w, const float *x, int T, float *out, ink_scratch *s)
 {
+    if (env->ep) {
+        ink_moe_ep(env, w, x, T, out, s);
+        return;
+    }
     const ink_config *c = env->cfg;
     int H = c->hidden, E = c->n_expert, k = c->n_expert_used, S = c->n_shared, ER = E + S;
     int *chosen = s->route_ids, *rows = s->rows, KS = k + S;
@@ -299,7 +336,7 @@ static void moe(const ink_layer_env *env, const ink_layer_w *w, const float *x, 
         if (!n) continue;
         for (int i = 0; i < n; i++) memcpy(gx + (size_t)i * H, x + (size_t)rows[i] * H, (size_t)H * sizeof(float));
         double tf = ink_prof_on ? ink_now_s() : 0;
-        swiglu(env, e < E ? &w->experts[e] : &w->shared[e - E], gx, n, gy, s, e < E ? INK_PROF_EXPERT : INK_PROF_SHARED);
+        ink_swiglu(env, e < E ? &w->experts[e] : &w->shared[e - E], gx, n, gy, s, e < E ? INK_PROF_EXPERT : INK_PROF_SHARED);
         if (ink_prof_on) t_ffn += ink_now_s() - tf;
         for (int i = 0; i < n; i++) {
             float *o = out + (size_t)rows[i] * H;
@@ -347,7 +384,7 @@ void ink_layer_forward_segs(const ink_layer_env *env, const ink_layer_w *w, cons
     INK_PROF(INK_PROF_NORM, 0, norm_rows(s->a, x, w->mlp_norm, T, H, cfg->eps));
     if (w->cfg.moe) moe(env, w, s->a, T, s->u, s);
     else {
-        swiglu(env, &w->dense, s->a, T, s->u, s, INK_PROF_DENSE);
+        ink_swiglu(env, &w->dense, s->a, T, s->u, s, INK_PROF_DENSE);
         INK_PROF(INK_PROF_ADD, 0, for (size_t i = 0; i < n; i++) s->u[i] *= w->dense_scale);
     }
     INK_PROF(INK_PROF_CONV, 0, sconv_segs(w->mlp_conv, 3, sg, n_seg, s->u, H, K, s->ext));
@@ -385,7 +422,7 @@ void ink_forward_chunk(const ink_model *m, ink_layer_cache *lc, ink_scratch *sc,
 {
     const ink_config *c = &m->cfg;
     int H = c->hidden, Vu = c->vocab_unpadded, L = c->n_layer;
-    const ink_layer_env env = {c, m->pool};
+    const ink_layer_env env = {c, m->pool, m->ep};
     INK_PROF(INK_PROF_EMBED, 0, ink_embed(m, tok, n, x));
     if (out->embeddings) memcpy(out->embeddings + (size_t)t0 * H, x, (size_t)n * H * sizeof(float));
     for (int l = 0; l < L; l++) {

@@ -856,6 +856,7 @@ static int model_open(ink_model **out, const char *dir, const ink_model_opts *op
         rc = ink_err_set(err, INK_E_NOMEM, "cannot start %d threads", nt);
         goto fail;
     }
+    if (opts && !header_only && (rc = ink_ep_attach(m, opts->expert_parallel, err))) goto fail;
     *out = m;
     return INK_OK;
 fail:

@@ -62,6 +62,16 @@ typedef struct ink_weights {
     int n_owned, cap_owned;
 } ink_weights;
 
+/* Expert parallelism of a model opened with ink_model_opts.expert_parallel (ep.c). Owned by the model. */
+typedef struct ink_ep {
+    ink_ep_transport t;            /* copied; t.ctx borrowed */
+    int e0, e1;                    /* this rank's routed experts */
+    const struct ink_layer_w *layers; /* the model's: a layer's index names it in messages */
+    int n_layer;
+    unsigned long long seq;        /* requests sent (rank 0) or served */
+    ink_ep_stats st;
+} ink_ep;
+
 struct ink_model {
     ink_config cfg;
     ink_model_info info;
@@ -70,6 +80,7 @@ struct ink_model {
     ink_mat embed, unembed;        /* [V,H] */
     float *embed_norm, *norm;      /* [H] */
     ink_layer_w *layers;           /* [n_layer] */
+    ink_ep *ep;                    /* NULL: one process */
 };
 
 /* Per-layer state of one timeline: KV ring and the four conv states (slots 0 k, 1 v, 2 attn, 3 mlp). */
@@ -92,6 +103,13 @@ typedef struct ink_scratch {
     int *route_ids, *rows;         /* [chunk * k], [chunk] */
     float *route_w, *row_w;        /* [chunk * (k + S)], [chunk] */
     float *mem;
+    /* expert parallel only (env->ep set; else NULL): outputs of every (row, chosen expert) slot
+     * [chunk * k][H] grouped by owning rank, shared experts' outputs [S][chunk][H], each slot's row
+     * in ep_y [chunk * k], and the request message (header, rows, chosen ids) */
+    float *ep_y, *ep_sh;
+    int *ep_pos;
+    unsigned char *ep_msg;
+    size_t ep_msg_bytes;
 } ink_scratch;
 
 /* What a decoder layer reads besides its own weights: the config of the checkpoint it belongs to
@@ -100,6 +118,7 @@ typedef struct ink_scratch {
 typedef struct ink_layer_env {
     const ink_config *cfg;
     ink_pool *pool;
+    ink_ep *ep;                    /* the target model's (NULL: one process, and always for the drafter) */
 } ink_layer_env;
 
 /* Sizes the scratch for env's layers (the model's, or its MTP blocks: same widths), `chunk` rows. */
@@ -135,6 +154,20 @@ typedef struct ink_seg {
 } ink_seg;
 void ink_layer_forward_segs(const ink_layer_env *env, const ink_layer_w *w, const ink_seg *sg, int n_seg, float *x, int T,
                             ink_scratch *s);
+
+/* One SwiGLU over rows x[T][H] into out[T][H], profiled as part `cat`. */
+void ink_swiglu(const ink_layer_env *env, const ink_ffn_w *f, const float *x, int T, float *out, ink_scratch *s, int cat);
+/* Routed experts e0 .. e1-1 of layer w over the rows that chose them (chosen[T][k]): the down
+ * output of slot (t, j), chosen[t*k+j] = e, goes to Y + pos[t*k+j] * H. Each expert runs once over
+ * all its rows, as in one process. */
+void ink_moe_experts(const ink_layer_env *env, const ink_layer_w *w, const float *x, int T, const int *chosen, int e0,
+                     int e1, const int *pos, float *Y, ink_scratch *s);
+/* Expert-parallel MoE of rank 0 (ep.c): out[T][H] bitwise what one process computes. */
+void ink_moe_ep(const ink_layer_env *env, const ink_layer_w *w, const float *x, int T, float *out, ink_scratch *s);
+/* ink_model_open's part: the model joins the job of transport t (NULL or one rank: nothing). */
+int ink_ep_attach(ink_model *m, const ink_ep_transport *t, ink_err *err);
+/* Bytes of the request message for T rows (scratch sizing). */
+size_t ink_ep_msg_bytes(const ink_config *c, int T);
 
 /* Router of one token (inkling-text.md §3.7): the k chosen experts (higher sigmoid+bias first, lower id
  * on ties) and the k+S mixture weights (routed then shared), scaled by route_scale * gscale. */

@@ -28,7 +28,7 @@ int ink_session_create(ink_session **out, ink_model *m, int n_ctx, ink_err *err)
         int cap = ink_layer_kv_cap(&c->layers[i], n_ctx, INK_CHUNK);
         if ((rc = ink_layer_cache_init(&s->lc[i], &m->cfg, &c->layers[i], cap, err))) goto fail;
     }
-    if ((rc = ink_scratch_init(&s->sc, &(ink_layer_env){&m->cfg, m->pool}, INK_CHUNK, n_ctx, err))) goto fail;
+    if ((rc = ink_scratch_init(&s->sc, &(ink_layer_env){&m->cfg, m->pool, m->ep}, INK_CHUNK, n_ctx, err))) goto fail;
     size_t hb = (size_t)INK_CHUNK * c->hidden * sizeof(float);
     s->x = malloc(hb), s->xn = malloc(hb), s->tmp = malloc(hb);
     s->toks = malloc((size_t)n_ctx * sizeof *s->toks);
@@ -131,7 +131,7 @@ int ink_batch_create(ink_batch **out, ink_model *m, int max_rows, int n_ctx, ink
     ink_batch *b = calloc(1, sizeof *b);
     if (!b) return ink_err_set(err, INK_E_NOMEM, "out of memory");
     b->m = m, b->max_rows = max_rows, b->n_ctx = n_ctx;
-    int rc = ink_scratch_init(&b->sc, &(ink_layer_env){&m->cfg, m->pool}, max_rows, n_ctx, err);
+    int rc = ink_scratch_init(&b->sc, &(ink_layer_env){&m->cfg, m->pool, m->ep}, max_rows, n_ctx, err);
     if (rc) {
         free(b);
         return rc;
@@ -207,7 +207,7 @@ int ink_batch_eval(ink_batch *b, ink_session *const *ss, const int32_t *const *t
     for (int i = 0; i < n; i++)
         if (outs && outs[i].embeddings)
             memcpy(outs[i].embeddings, b->x + (size_t)b->seg[i].t0 * H, (size_t)T[i] * H * sizeof(float));
-    ink_layer_env env = {&m->cfg, m->pool};
+    ink_layer_env env = {&m->cfg, m->pool, m->ep};
     for (int l = 0; l < L; l++) {
         for (int i = 0; i < n; i++) b->seg[i].c = &ss[i]->lc[l];
         ink_layer_forward_segs(&env, &m->layers[l], b->seg, n, b->x, R, &b->sc);

@@ -42,7 +42,8 @@ static void load(ink_server *S)
     ink_err e = {0};
     if (S->o.debug_hold) debug_hold(S, NULL);
     double t0 = ink_now_s();
-    ink_model_opts mo = {.n_threads = S->o.n_threads, .activations = S->o.activations};
+    ink_model_opts mo = {.n_threads = S->o.n_threads, .activations = S->o.activations,
+                         .expert_parallel = S->o.expert_parallel};
     char path[4200];
     if (S->o.log) fprintf(S->o.log, "serve: loading %s\n", S->model_dir);
     if (ink_model_open(&S->model, S->model_dir, &mo, &e)) goto fail;
