@@ -240,8 +240,9 @@ cross-aarch64:
 	@INKLING_TEST_JOBS=$${INKLING_TEST_JOBS:-2} INKLING_BIN=build/aarch64/inkling-qemu INKLING_TEST_RUNNER=$(QEMU_AARCH64) tests/run.sh build/aarch64
 
 # The engine's tests (golden outputs, kernels, model, generator, batching, quantized and unaligned
-# weights) under qemu: the part of the suite that says the scalar set computes what x86 does; in
-# .ci/run (the whole suite under qemu takes too long for CI).
+# weights) under qemu: the part of the suite that says the scalar set computes what x86 does, a
+# few minutes. .ci/run runs the whole suite (`make cross-aarch64`, two binaries at a time, ~15-20
+# min on 2 cores: tests scale their repetition counts down under an emulator, tu_scaled).
 AARCH64_QUICK := test_golden test_kernels test_model test_gen test_batch test_quant test_unaligned test_sampler
 .PHONY: cross-aarch64-quick
 cross-aarch64-quick:

@@ -6,7 +6,7 @@
 # without reporting a failure counts as one failure. Run from the repository root.
 # INKLING_TEST_JOBS=N (default 1) runs N binaries at a time (the emulated suite in CI: qemu is
 # CPU-bound and single-threaded per process); binaries that measure the machine's load
-# (SERIAL_TESTS) still run alone, after the others. Results are printed in name order either way.
+# (SERIAL_TESTS) still run alone, after the others; each result line is printed when its binary ends.
 set -u
 build=${1:-build/release}
 export INKLING_BIN="${INKLING_BIN:-$build/inkling}"
@@ -37,6 +37,23 @@ for t in "$build"/tests/test_*; do
   if [ "$jobs" -gt 1 ] && [[ "$SERIAL_TESTS" != *" $name "* ]]; then parallel+=("$t"); else serial+=("$t"); fi
 done
 
+# prints one binary's result line (and the tail of a failing one) and adds up its counts
+report() {
+  local name=$1 out rc secs p f s
+  out=$(cat "$outdir/$name.out"); rc=$(cat "$outdir/$name.rc" 2>/dev/null || echo 127)
+  secs=$(cat "$outdir/$name.s" 2>/dev/null || echo "?")
+  p=$(grep -c '^\[       OK \]' <<<"$out")
+  f=$(grep '^\[  FAILED  \]' <<<"$out" | grep -v 'test(s)' | sort -u | wc -l)
+  s=$(grep '^\[  SKIPPED \]' <<<"$out" | grep -v 'test(s)' | sort -u | wc -l)
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+  if [ "$f" -ne 0 ]; then
+    failed_names+=("$name"); echo "---- $name (exit $rc, ${secs} s) ----"; echo "$out" | tail -n 60
+  else
+    echo "$name: $p passed, $s skipped (${secs} s)"
+  fi
+}
+
 running=0
 for t in "${parallel[@]+"${parallel[@]}"}"; do
   run_one "$t" &
@@ -44,22 +61,9 @@ for t in "${parallel[@]+"${parallel[@]}"}"; do
   if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
 done
 wait
-for t in "${serial[@]+"${serial[@]}"}"; do run_one "$t"; done
+for t in "${parallel[@]+"${parallel[@]}"}"; do report "$(basename "$t")"; done
+for t in "${serial[@]+"${serial[@]}"}"; do run_one "$t"; report "$(basename "$t")"; done
 
-for name in "${names[@]+"${names[@]}"}"; do
-  out=$(cat "$outdir/$name.out"); rc=$(cat "$outdir/$name.rc" 2>/dev/null || echo 127)
-  secs=$(cat "$outdir/$name.s" 2>/dev/null || echo "?")
-  p=$(grep -c '^\[       OK \]' <<<"$out")
-  f=$(grep '^\[  FAILED  \]' <<<"$out" | grep -vc 'test(s)')
-  s=$(grep '^\[  SKIPPED \]' <<<"$out" | grep -vc 'test(s)')
-  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-  pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
-  if [ "$f" -ne 0 ]; then
-    failed_names+=("$name"); echo "---- $name (exit $rc, ${secs} s) ----"; echo "$out" | tail -n 60
-  else
-    echo "$name: $p passed${s:+, $s skipped} (${secs} s)"
-  fi
-done
 [ ${#failed_names[@]} -gt 0 ] && echo "failing binaries: ${failed_names[*]}"
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
