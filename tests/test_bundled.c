@@ -13,6 +13,7 @@
 #include "draft/mtp.h"
 #include "support/util.h"
 #include "tok/tokenizer.h"
+#include "tok/chat.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -204,8 +205,8 @@ static void test_mtp_greedy_invariant_and_acceptance(void **state)
     assert_int_equal(ink_session_create(&s, m, 1024, &e), 0);
     long acc[3] = {0, 0, 0}, drafted[3] = {0, 0, 0};
     for (int mode = 0; mode < 3; mode++) /* 2: per-depth with the 1,024-token draft vocabulary */
-        for (int K = 2; K <= D + 2; K++)
-            for (size_t i = 0; i < json_array_size(cases); i++) {
+        for (int K = 2; K <= D + 2; K += K >= 3 && tu_emulated() ? D - 1 : 1) /* qemu: K 2, 3, D + 2 */
+            for (size_t i = 0; i < json_array_size(cases) && (i < 2 || !tu_emulated()); i++) {
                 json_t *c = json_array_get(cases, i);
                 int32_t p[MAXN], want[MAXN], out[MAXN];
                 int P = ids_of(json_object_get(c, "prompt_ids"), p, MAXN);
@@ -232,6 +233,87 @@ static void test_mtp_greedy_invariant_and_acceptance(void **state)
     json_decref(j);
 }
 
+/* Chat answers (issue 17). The chat cases of expected.json are rendered as the engine renders a
+ * chat request (checked against tok/chat.c). At T 0 every answer opens a text block, speculative
+ * equals plain, and the MTP head's mean accepted length over the answers is >= 2.5 (per-depth mode,
+ * block size 5, up to 120 tokens: a model this small loops when greedy, so greedy answers need not
+ * end). At the model's default sampling (generation_config.json: T 0.8, top-p 0.95; seeds 1 and 2)
+ * at least 7 of the 10 answers close with <|content_model_end_sampling|> within 200 tokens
+ * (measured: 19 of 20 over seeds 1-4). */
+static int answer(ink_session *s, const int32_t *p, int P, ink_drafter *d, float temp, uint64_t seed, int max,
+                  int32_t end_s, int32_t *out, ink_gen_stats *st)
+{
+    ink_gen_opts o = {0};
+    o.max_tokens = max, o.eos = end_s, o.stop_eos = 1;
+    o.sampling = (ink_sampling){.temp = temp, .top_p = temp > 0 ? 0.95f : 1.0f, .seed = seed};
+    o.drafter = d, o.block_size = d ? 5 : 0, o.mtp_mode = INK_MTP_PER_DEPTH;
+    int n = 0;
+    ink_err e = {0};
+    if (ink_generate(s, p, P, &o, out, MAXN, &n, st, &e)) fail_msg("generate: %s", e.msg);
+    return n;
+}
+
+static void test_chat_answers_and_acceptance(void **state)
+{
+    (void)state;
+    json_t *j = expected(), *cases = json_object_get(j, "cases");
+    ink_model *m = open_model();
+    ink_drafter *d = NULL;
+    ink_err e = {0};
+    assert_int_equal(ink_drafter_open(&d, m, DIR, &e), 0);
+    ink_tokenizer *t = NULL;
+    assert_int_equal(ink_tokenizer_open(&t, DIR, &e), 0);
+    int32_t end_s = ink_tokenizer_special_id(t, "<|content_model_end_sampling|>");
+    int32_t text_id = ink_tokenizer_special_id(t, "<|content_text|>");
+    assert_true(end_s >= 0 && text_id >= 0);
+    ink_session *s = NULL;
+    assert_int_equal(ink_session_create(&s, m, 1024, &e), 0);
+    long emitted = 0, rounds = 0, n_chat = 0, ended = 0, sampled = 0;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        json_t *ch = json_object_get(c, "chat");
+        if (!ch) continue;
+        n_chat++;
+        int32_t p[MAXN], plain[MAXN], spec[MAXN];
+        int P = ids_of(json_object_get(c, "prompt_ids"), p, MAXN);
+        /* the trainer's rendering is the engine's (tok/chat.c) */
+        const char *sys = json_string_value(json_object_get(ch, "system"));
+        ink_chat_msg msgs[2];
+        size_t nm = 0;
+        if (sys) msgs[nm++] = (ink_chat_msg){.role = INK_ROLE_SYSTEM, .content = sys};
+        msgs[nm++] = (ink_chat_msg){.role = INK_ROLE_USER, .content = json_string_value(json_object_get(ch, "user"))};
+        ink_tokens r = {0};
+        assert_int_equal(ink_chat_render(t, msgs, nm, NULL, &r, &e), 0);
+        assert_int_equal((int)r.n, P);
+        assert_memory_equal(r.ids, p, sizeof(int32_t) * (size_t)P);
+        ink_tokens_free(&r);
+        ink_gen_stats st;
+        int n0 = answer(s, p, P, NULL, 0.0f, 1, 120, end_s, plain, NULL);
+        int n1 = answer(s, p, P, d, 0.0f, 1, 120, end_s, spec, &st);
+        assert_int_equal(n0, n1);
+        assert_memory_equal(plain, spec, sizeof(int32_t) * (size_t)n0);
+        assert_true(n0 >= 3);
+        assert_int_equal(plain[0], text_id); /* the answer is a text block */
+        emitted += st.round_emitted, rounds += st.rounds;
+        for (uint64_t seed = 1; seed <= 2; seed++) {
+            int n = answer(s, p, P, seed == 2 ? d : NULL, 0.8f, seed, 200, end_s, plain, NULL);
+            sampled++;
+            ended += n > 1 && plain[n - 1] == end_s && plain[0] == text_id;
+        }
+    }
+    if (!n_chat) fail_msg("%s/expected.json has no chat cases (tools/train/export.py writes them for a chat model)", DIR);
+    double mal = rounds ? (double)emitted / (double)rounds : 0;
+    fprintf(stderr, "bundled chat answers: %ld cases, T 0: mean accepted length %.2f (%ld tokens in %ld rounds); "
+                    "T 0.8: %ld of %ld answers closed\n", n_chat, mal, emitted, rounds, ended, sampled);
+    assert_true(mal >= 2.5);
+    assert_true(ended * 10 >= sampled * 7);
+    ink_session_free(s);
+    ink_tokenizer_free(t);
+    ink_drafter_free(d);
+    ink_model_free(m);
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +322,7 @@ int main(void)
         cmocka_unit_test(test_cli_generate_ids_equal_pytorch),
         cmocka_unit_test(test_first_round_drafts_equal_pytorch),
         cmocka_unit_test(test_mtp_greedy_invariant_and_acceptance),
+        cmocka_unit_test(test_chat_answers_and_acceptance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

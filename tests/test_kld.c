@@ -33,12 +33,13 @@
 #define TLEN 256
 #define WSCALE 0.05f
 /* A tie: the int8 path's top-1 is within TIE (logit units) of the exact path's top-1 in the exact
- * logits. The bundled model is small and undertrained (held-out cross-entropy ~4.3 nats): on its
+ * logits. The bundled model is small and undertrained (held-out cross-entropy ~4.2 nats): on its
  * text the leading token often has p ~ 0.03-0.2 and a runner-up within 0.001-0.02, and which of
  * two such tokens wins is decided by the float combination order of the machine's kernel set as
- * much as by the int8 path (measured: raw top-1 99.32 % with the scalar set, 99.02 % with AVX2;
- * every disagreement but one was a gap under 0.025). The gate is top-1 agreement >= 99 % counting
- * such ties as agreement, and raw agreement >= 98.5 %; both numbers are printed. */
+ * much as by the int8 path (measured on the chat-tuned model, q4: raw top-1 98.93 % with the
+ * scalar set, 98.63 % with AVX2, 99.90 % with ties counted on both; every disagreement but one is
+ * such a near-tie). The gate is top-1 agreement >= 99 % counting ties as agreement, and raw
+ * agreement >= 98 %; both numbers are printed. */
 #define TIE 0.025f
 
 /* prompts per gate: NPROMPT, one under an emulator (qemu runs the scalar set ~100x slower; the
@@ -126,8 +127,8 @@ static void gate(const char *dir, const char *what, int gated, int gate_top1, in
            kmax, 100.0 * top1, 100.0 * top1t, gated ? "" : "  (reported, not gated)");
     /* the int8 path must really have run: logits differ from the f32 path somewhere */
     assert_true(differ > 0);
-    if (gated && !(kld <= 1e-3 && (!gate_top1 || (top1t >= 0.99 && top1 >= 0.985))))
-        fail_msg("%s: mean KLD %.3e (limit 1e-3), top-1 %.2f %% (limit 98.5 %%), counting ties %.2f %% (limit 99 %%)",
+    if (gated && !(kld <= 1e-3 && (!gate_top1 || (top1t >= 0.99 && top1 >= 0.98))))
+        fail_msg("%s: mean KLD %.3e (limit 1e-3), top-1 %.2f %% (limit 98 %%), counting ties %.2f %% (limit 99 %%)",
                  what, kld, 100.0 * top1, 100.0 * top1t);
     free(p), free(q), free(a), free(b);
     ink_model_free(mf), ink_model_free(mi);

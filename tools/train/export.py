@@ -31,6 +31,16 @@ PROMPTS = [
     "Jesus said unto them,",
 ]
 
+# Chat cases (models fine-tuned by chat.py): (system or None, user message), rendered as the engine
+# renders a chat request (tok/chat.c: system, effort block at the default 0.9, user, <|message_model|>)
+CHATS = [
+    (None, "Genesis 1:1"),
+    (None, "Continue: In the beginning God"),
+    (None, "What comes after \"The LORD is my shepherd; I shall not want.\"?"),
+    ("Answer in the words of the King James Bible.", "Recite John 3:16."),
+    (None, "Where is this written? Jesus wept."),
+]
+
 TOKENIZER_STRINGS = PROMPTS + [
     "For God so loved the world, that he gave his only begotten Son.",
     "Genesis 1\nIn the beginning God created the heaven and the earth.\n\nGenesis 2\n",
@@ -113,6 +123,20 @@ def main():
         cases.append({"prompt": p, "prompt_ids": ids, "greedy_ids": gen, "text": tok.decode(gen),
                       "mtp_drafts_after_prompt": m2.mtp_drafts(ids + gen[:1])})
         print(repr(p), "->", repr(tok.decode(gen)))
+    if "<|message_user|>" in tok.special and training.get("chat_tokens"):
+        sp_ = tok.special
+
+        def block(role, text):
+            return [sp_[role], sp_["<|content_text|>"]] + tok.encode(text) + [sp_["<|end_message|>"]]
+
+        for system, user in CHATS:
+            ids = (block("<|message_system|>", system) if system else []) + \
+                block("<|message_system|>", "Thinking effort level: 0.9") + block("<|message_user|>", user) + \
+                [sp_["<|message_model|>"]]
+            gen = m2.greedy(ids, a.n)
+            cases.append({"prompt": user, "chat": {"system": system, "user": user}, "prompt_ids": ids, "greedy_ids": gen,
+                          "text": tok.decode(gen), "mtp_drafts_after_prompt": m2.mtp_drafts(ids + gen[:1])})
+            print("chat", repr(user), "->", repr(tok.decode(gen)))
     vec = [{"text": s, "special": sp, "ids": tok.encode(s, special=sp)}
            for s in TOKENIZER_STRINGS for sp in (False, True)]
     with open(os.path.join(a.out, "expected.json"), "w") as f:
