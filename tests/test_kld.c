@@ -42,11 +42,13 @@
  * agreement >= 98 %; both numbers are printed. */
 #define TIE 0.025f
 
-/* prompts per gate: NPROMPT, one under an emulator (qemu runs the scalar set ~100x slower; the
- * gate's limits stay, over 256 positions) */
-static int n_prompt(void)
+/* prompts per gate: NPROMPT; one for the tiny models under an emulator (qemu runs the scalar set
+ * ~100x slower; the gate's limits stay, over 256 positions). The bundled model's gate keeps all
+ * 1,024 positions everywhere: its raw top-1 over one chapter is too noisy (97.3 % over Revelation 1
+ * alone with the scalar set, 98.9 % over all four). */
+static int n_prompt(int32_t (*text)[TLEN])
 {
-    return tu_emulated() ? 1 : NPROMPT;
+    return tu_emulated() && !text ? 1 : NPROMPT;
 }
 
 static ink_model *open_act(const char *dir, int act)
@@ -68,7 +70,7 @@ static float *all_logits(ink_model *m, int vocab_limit, int32_t (*text)[TLEN])
     assert_non_null(lg);
     int32_t ids[TLEN];
     uint64_t seed = 1234567;
-    for (int p = 0; p < n_prompt(); p++) {
+    for (int p = 0; p < n_prompt(text); p++) {
         for (int t = 0; t < TLEN; t++) {
             seed = seed * 6364136223846793005ull + 1442695040888963407ull;
             ids[t] = text ? text[p][t] : (int32_t)((seed >> 33) % (uint64_t)vocab_limit);
@@ -105,7 +107,7 @@ static void gate(const char *dir, const char *what, int gated, int gate_top1, in
     ink_model *mf = open_act(dir, INK_ACT_F32), *mi = open_act(dir, INK_ACT_AUTO);
     assert_int_equal(ink_model_int8_activations(mf), 0);
     assert_int_equal(ink_model_int8_activations(mi), 1);
-    int V = ink_model_n_vocab(mf), N = n_prompt() * TLEN;
+    int V = ink_model_n_vocab(mf), N = n_prompt(text) * TLEN;
     float *a = all_logits(mf, vocab_limit, text), *b = all_logits(mi, vocab_limit, text);
     double *p = malloc((size_t)V * sizeof *p), *q = malloc((size_t)V * sizeof *q), kld = 0, kmax = 0;
     int agree = 0, tie_agree = 0, differ = 0;
