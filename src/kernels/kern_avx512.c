@@ -205,51 +205,130 @@ static void ft_f16(const ink_mat *W, int r0, const float *x, size_t ldx, int k0,
     TILE_CASES(FC_2)
 }
 
-/* All rows r0..r1 of a float view for T <= NTM tokens in one function, so the tile (ftile, inlined)
- * keeps its accumulators in registers from one tile to the next instead of a memory round trip and an
- * indirect call per tile: with short rows that round trip kept too few loads in flight to stream
- * (10 vs 24 GB/s on H = 256 bf16 matrices out of cache). Same operation sequence per output as the
- * tile driver below (lane FMAs over k ascending, the masked tail, hsum16), so the bits are the same. */
-AI void frows(const int dt, const ink_mat *W, const float *x, size_t ldx, float *y, size_t ldy, int r0, int r1,
-              const int NT)
+/* hsum16 of the 16 accumulators of a 4 x 4 tile at once (v[r * NTM + t]): the same additions of the
+ * same operands in the same order as hsum16 on each (lanes i and i + 8, then j and j + 4, then the
+ * pairs (0, 1) and (2, 3), then those two), only gathered by shuffles so that one add serves several
+ * accumulators; so the bits are hsum16's. Lane 4 t + r of the result is row r, token t. */
+AI __m512 hsum4x4(const __m512 *v)
+{
+    __m512 p[8], q[4];
+#pragma GCC unroll 8
+    for (int m = 0; m < 8; m++) /* a = lo256 + hi256 of two accumulators */
+        p[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+#pragma GCC unroll 4
+    for (int n = 0; n < 4; n++) /* s = lo128 + hi128 of a, four accumulators */
+        q[n] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * n], p[2 * n + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(p[2 * n], p[2 * n + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* (s0 + s1, s2 + s3) as hadd_ps, then their sum */
+    __m512 r0 = _mm512_add_ps(_mm512_shuffle_ps(q[0], q[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_ps(q[0], q[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512 r1 = _mm512_add_ps(_mm512_shuffle_ps(q[2], q[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_ps(q[2], q[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_ps(r0, r1, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(r0, r1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* All rows r0..r1 of a float view for T <= FROWS_MAXT tokens in one function, so the tile (ftile,
+ * inlined) keeps its accumulators in registers from one tile to the next instead of a memory round
+ * trip and an indirect call per tile: with short rows that round trip kept too few loads in flight to
+ * stream (10 vs 24 GB/s on H = 256 bf16 matrices out of cache). T > NTM tokens take several passes of
+ * NTM over each 4-row tile, one after another, so the later passes read the tile's rows from L1 / L2
+ * (a verify of 5 .. 16 rows streams the weights once). A full 4 x 4 tile is reduced by hsum4x4. Same
+ * operation sequence per output as the tile driver below (lane FMAs over k ascending, the masked
+ * tail, hsum16), so the bits are the same. */
+#define FROWS_MAXT 16
+AI void frows_nt(const int dt, const uint8_t *w, size_t ldw_, int K, const float *x, size_t ldx, float *y,
+                 size_t ldy, int r, const int NR, const int NT, const int H4)
+{
+    __m512 acc[NRM * NTM];
+#pragma GCC unroll 16
+    for (int i = 0; i < NRM * NTM; i++) acc[i] = _mm512_setzero_ps();
+    ftile(dt, w, ldw_, x, ldx, 0, K, acc, NR, NT);
+    if (H4 && NR == NRM) {
+        __m512 s = hsum4x4(acc);
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; j++) _mm_storeu_ps(y + (size_t)j * ldy + r, _mm512_extractf32x4_ps(s, j));
+    } else
+#pragma GCC unroll 4
+        for (int i = 0; i < NR; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; j++) y[(size_t)j * ldy + r + i] = hsum16(acc[i * NTM + j]);
+}
+
+/* T <= NTM: one tile width for the whole call (the switch outside the row loop keeps each loop to one
+ * inlined tile, which the compiler schedules well: a switch per tile halved the T = 4 rate). */
+AI void frows_t(const int dt, const ink_mat *W, const float *x, size_t ldx, float *y, size_t ldy, int r0, int r1,
+                const int NT)
 {
     const size_t es = dt == INK_DT_F32 ? 4 : 2, ldw_ = W->stride;
     const uint8_t *base = (const uint8_t *)W->data;
     int K = W->cols, r = r0;
-    for (; r + NRM <= r1; r += NRM) {
-        __m512 acc[NRM * NTM];
-#pragma GCC unroll 16
-        for (int i = 0; i < NRM * NTM; i++) acc[i] = _mm512_setzero_ps();
-        ftile(dt, base + (size_t)r * ldw_ * es, ldw_, x, ldx, 0, K, acc, NRM, NT);
-#pragma GCC unroll 4
-        for (int i = 0; i < NRM; i++)
-#pragma GCC unroll 4
-            for (int j = 0; j < NT; j++) y[(size_t)j * ldy + r + i] = hsum16(acc[i * NTM + j]);
-    }
-    for (; r < r1; r++) { /* the last 1-3 rows, one at a time */
-        __m512 acc[NRM * NTM];
-#pragma GCC unroll 16
-        for (int i = 0; i < NRM * NTM; i++) acc[i] = _mm512_setzero_ps();
-        ftile(dt, base + (size_t)r * ldw_ * es, ldw_, x, ldx, 0, K, acc, 1, NT);
-#pragma GCC unroll 4
-        for (int j = 0; j < NT; j++) y[(size_t)j * ldy + r] = hsum16(acc[j]);
+    for (; r + NRM <= r1; r += NRM) frows_nt(dt, base + (size_t)r * ldw_ * es, ldw_, K, x, ldx, y, ldy, r, NRM, NT, 0);
+    for (; r < r1; r++) frows_nt(dt, base + (size_t)r * ldw_ * es, ldw_, K, x, ldx, y, ldy, r, 1, NT, 0);
+}
+
+/* NTM < T <= FROWS_MAXT: per row tile, passes of NTM tokens, then the rest. */
+AI void frows_wide(const int dt, const ink_mat *W, const float *x, size_t ldx, float *y, size_t ldy, int r0, int T,
+                   const int NR)
+{
+    const size_t es = dt == INK_DT_F32 ? 4 : 2, ldw_ = W->stride;
+    const uint8_t *w = (const uint8_t *)W->data + (size_t)r0 * ldw_ * es;
+    int K = W->cols, t = 0;
+    for (; t + NTM <= T; t += NTM)
+        frows_nt(dt, w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, NTM, 1);
+    switch (T - t) {
+    case 1: frows_nt(dt, w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, 1, 1); break;
+    case 2: frows_nt(dt, w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, 2, 1); break;
+    case 3: frows_nt(dt, w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, 3, 1); break;
+    default: break;
     }
 }
 
-#define FROWS(DT, NT_) frows(DT, W, x, (size_t)ldx, y, (size_t)ldy, r0, r1, NT_)
-#define FROWS_DT(DT)                                                                                              \
-    static void frows_##DT(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)  \
+/* One function per (view type, T <= NTM) and one per view type for T > NTM, so that each loop gets
+ * its own register allocation (all of them in one function spilled accumulators to the stack and
+ * halved the T = 4 rate). */
+#define FROWS_FNS(NAME, DT)                                                                                        \
+    static __attribute__((noinline)) void NAME##_1(const ink_mat *W, const float *x, size_t ldx, float *y,        \
+                                                   size_t ldy, int r0, int r1)                                    \
+    {                                                                                                             \
+        frows_t(DT, W, x, ldx, y, ldy, r0, r1, 1);                                                                \
+    }                                                                                                             \
+    static __attribute__((noinline)) void NAME##_2(const ink_mat *W, const float *x, size_t ldx, float *y,        \
+                                                   size_t ldy, int r0, int r1)                                    \
+    {                                                                                                             \
+        frows_t(DT, W, x, ldx, y, ldy, r0, r1, 2);                                                                \
+    }                                                                                                             \
+    static __attribute__((noinline)) void NAME##_3(const ink_mat *W, const float *x, size_t ldx, float *y,        \
+                                                   size_t ldy, int r0, int r1)                                    \
+    {                                                                                                             \
+        frows_t(DT, W, x, ldx, y, ldy, r0, r1, 3);                                                                \
+    }                                                                                                             \
+    static __attribute__((noinline)) void NAME##_4(const ink_mat *W, const float *x, size_t ldx, float *y,        \
+                                                   size_t ldy, int r0, int r1)                                    \
+    {                                                                                                             \
+        frows_t(DT, W, x, ldx, y, ldy, r0, r1, 4);                                                                \
+    }                                                                                                             \
+    static __attribute__((noinline)) void NAME##_w(const ink_mat *W, const float *x, size_t ldx, float *y,        \
+                                                   size_t ldy, int r0, int r1, int T)                             \
+    {                                                                                                             \
+        int r = r0;                                                                                               \
+        for (; r + NRM <= r1; r += NRM) frows_wide(DT, W, x, ldx, y, ldy, r, T, NRM);                            \
+        for (; r < r1; r++) frows_wide(DT, W, x, ldx, y, ldy, r, T, 1); /* the last 1-3 rows */                   \
+    }                                                                                                             \
+    static void NAME(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)         \
     {                                                                                                             \
         switch (T) {                                                                                              \
-        case 1: FROWS(DT, 1); break;                                                                              \
-        case 2: FROWS(DT, 2); break;                                                                              \
-        case 3: FROWS(DT, 3); break;                                                                              \
-        default: FROWS(DT, 4); break;                                                                             \
+        case 1: NAME##_1(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1); break;                                       \
+        case 2: NAME##_2(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1); break;                                       \
+        case 3: NAME##_3(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1); break;                                       \
+        case 4: NAME##_4(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1); break;                                       \
+        default: NAME##_w(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1, T); break;                                   \
         }                                                                                                         \
     }
-FROWS_DT(INK_DT_F32)
-FROWS_DT(INK_DT_BF16)
-FROWS_DT(INK_DT_F16)
+FROWS_FNS(frows_f32, INK_DT_F32)
+FROWS_FNS(frows_bf16, INK_DT_BF16)
+FROWS_FNS(frows_f16, INK_DT_F16)
 
 /* ---- quantized views, f32 activations ----------------------------------------------------- */
 
@@ -414,10 +493,10 @@ static void avx512_rows(const ink_mat *W, const float *x, int ldx, int T, float 
         return;
     }
     int K = W->cols;
-    if (T <= NTM && K > 0 && !quant) {
-        if (W->dtype == INK_DT_F32) frows_INK_DT_F32(W, x, ldx, T, y, ldy, r0, r1);
-        else if (W->dtype == INK_DT_BF16) frows_INK_DT_BF16(W, x, ldx, T, y, ldy, r0, r1);
-        else frows_INK_DT_F16(W, x, ldx, T, y, ldy, r0, r1);
+    if (T <= FROWS_MAXT && K > 0 && !quant) {
+        if (W->dtype == INK_DT_F32) frows_f32(W, x, ldx, T, y, ldy, r0, r1);
+        else if (W->dtype == INK_DT_BF16) frows_bf16(W, x, ldx, T, y, ldy, r0, r1);
+        else frows_f16(W, x, ldx, T, y, ldy, r0, r1);
         return;
     }
     tile_fn f = pick(W);
