@@ -88,6 +88,10 @@ AI __m512 scales16(const void *p, int dt, size_t i, int n)
 #define PFL 4096
 #endif
 AI void pf_ahead(const uint8_t *p) { _mm_prefetch((const char *)p + PFL, _MM_HINT_T0); }
+/* int8 tiles: the same place in the next row tile (tile = NR rows of `next` bytes in all) when that is
+ * at least PFL ahead, else PFL ahead: with rows of 1-4 KB read four at a time, PFL ahead of a row
+ * lands inside the current tile, already in flight. */
+AI void pf_tile(const uint8_t *p, size_t next) { _mm_prefetch((const char *)p + (next > PFL ? next : PFL), _MM_HINT_T0); }
 
 #define NRM 4 /* register tile: rows */
 #define NTM 4 /* register tile: tokens */
@@ -647,49 +651,86 @@ AI __m512 step_scale_nv(const ink_mat *W, int o, int c, int n)
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
 }
 
-/* bits 0: NVFP4 (codes 2 e2m1 + 12, less 12 sum(q); no bias term; gscale at the end) */
+/* 16 NVFP4 block scales (e4m3, from byte i of row o's scales; n < 16: the rest 0) as f32 / 2: the
+ * bit assembly of step_scale_nv, 16 lanes at a time (the same exact values) */
+AI __m512 nv_scales16(const ink_mat *W, int o, int i, int n)
+{
+    const uint8_t *sc = (const uint8_t *)W->scales + (size_t)o * W->sstride + i;
+    __m512i x = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8((__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1), sc));
+    __m512i mag = _mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x7f)), 20),
+                                   _mm512_set1_epi32(120 << 23));
+    __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(x, _mm512_set1_epi32(7))), _mm512_set1_ps(0.001953125f));
+    __mmask16 isn = _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x78)); /* exponent != 0 */
+    __m512 v = _mm512_mask_blend_ps(isn, sub, _mm512_castsi512_ps(mag));
+    v = _mm512_or_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24)));
+    return _mm512_mul_ps(v, _mm512_set1_ps(0.5f));
+}
+
+/* bits 0: NVFP4 (codes 2 e2m1 + 12, less 12 sum(q); no bias term; gscale at the end).
+ * The tile's scales are converted to f32 once, before the reduction loop (affine: one per group;
+ * NVFP4: e4m3 / 2 per 16 inputs), so a step reads its scales with a broadcast instead of a scalar
+ * conversion and an integer division per row (the same values as step_scale / step_scale_nv). */
 AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0, float *y, int ldy, const int NR,
                const int NT)
 {
-    int K = W->cols;
+    int K = W->cols, gs = W->group;
     __m512 a[NRM][NTM];
     const uint8_t *row[NRM];
+    float sf[NRM][INK_QX_MAXK / 16 + 16];
+    int pow2 = bits && gs > 0 && !(gs & (gs - 1)), gsh = pow2 ? __builtin_ctz((unsigned)gs) : 0;
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
         row[r] = (const uint8_t *)W->data + (size_t)(o0 + r) * W->stride;
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) a[r][t] = _mm512_setzero_ps();
+        if (bits) {
+            size_t base = (size_t)(o0 + r) * W->sstride;
+            int G = (K + gs - 1) / gs;
+            for (int g = 0; g < G; g += 16) _mm512_storeu_ps(sf[r] + g, scales16(W->scales, W->sdtype, base + (size_t)g, G - g));
+        } else
+            for (int i = 0; i < K / 16; i += 16) _mm512_storeu_ps(sf[r] + i, nv_scales16(W, o0 + r, i, K / 16 - i));
     }
     __m512i perm = _mm512_setzero_si512(), ctrl = _mm512_setzero_si512();
     if (bits != 0 && bits != 4 && bits != 8) codes64_consts(bits, &perm, &ctrl);
-    for (int c = 0; c < K; c += 64) {
-        int n = K - c >= 64 ? 64 : 32;
-        __m512i code[NRM];
-        __m512 sv[NRM];
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const int wb = bits ? bits : 4;
-            if ((c * wb / 8) % 64 == 0) pf_ahead(row[r] + (size_t)c * wb / 8);
-            code[r] = codes64(bits, row[r], c, n, perm, ctrl);
-            sv[r] = bits ? step_scale(W, (size_t)(o0 + r) * W->sstride, c, n) : step_scale_nv(W, o0 + r, c, n);
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            __m512i q = _mm512_loadu_si512(qx->q[t0 + t] + c);
-            __m512 dv = _mm512_loadu_ps(qx->dv[t0 + t] + c / 4);
-            /* codes offset by z0 (8-bit: used as code - 128, as in every set; NVFP4: stored + 12): each
-             * lane starts at -z0 sum(q) */
-            __m512i z = bits == 8 || bits == 0
-                            ? _mm512_sub_epi32(_mm512_setzero_si512(),
-                                               _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)(bits ? 0x80 : 12)), q))
-                            : _mm512_setzero_si512();
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m512 li = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, code[r], q));
-                a[r][t] = _mm512_fmadd_ps(li, _mm512_mul_ps(sv[r], dv), a[r][t]);
-            }
-        }
+    const __m512i nvidx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+#define I8_STEP(N_)                                                                                                \
+    {                                                                                                              \
+        const int n = N_;                                                                                          \
+        __m512i code[NRM];                                                                                         \
+        __m512 sv[NRM];                                                                                            \
+        int g0 = 0, g1 = 0;                                                                                        \
+        if (bits) g0 = pow2 ? c >> gsh : c / gs, g1 = n < 64 ? g0 : pow2 ? (c + 32) >> gsh : (c + 32) / gs;        \
+        _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++)                                                       \
+        {                                                                                                          \
+            const int wb = bits ? bits : 4;                                                                        \
+            if ((c * wb / 8) % 64 == 0) pf_tile(row[r] + (size_t)c * wb / 8, (size_t)NR * W->stride);               \
+            code[r] = codes64(bits, row[r], c, n, perm, ctrl);                                                     \
+            if (!bits) sv[r] = _mm512_permutexvar_ps(nvidx, _mm512_castps128_ps512(_mm_loadu_ps(sf[r] + c / 16))); \
+            else if (g0 == g1) sv[r] = _mm512_set1_ps(sf[r][g0]);                                                  \
+            else sv[r] = _mm512_insertf32x8(_mm512_set1_ps(sf[r][g0]), _mm256_set1_ps(sf[r][g1]), 1);               \
+            if (!bits && n < 64) sv[r] = _mm512_maskz_mov_ps(0x00ff, sv[r]);                                        \
+        }                                                                                                          \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                       \
+        {                                                                                                          \
+            __m512i q = _mm512_loadu_si512(qx->q[t0 + t] + c);                                                     \
+            __m512 dv = _mm512_loadu_ps(qx->dv[t0 + t] + c / 4);                                                   \
+            /* codes offset by z0 (8-bit: used as code - 128, as in every set; NVFP4: stored + 12): each lane     \
+             * starts at -z0 sum(q) */                                                                             \
+            __m512i z = bits == 8 || bits == 0 ? _mm512_sub_epi32(_mm512_setzero_si512(),                           \
+                                                                  _mm512_dpbusd_epi32(_mm512_setzero_si512(),       \
+                                                                                      _mm512_set1_epi8((char)(bits ? 0x80 : 12)), q)) \
+                                               : _mm512_setzero_si512();                                           \
+            _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++)                                                   \
+            {                                                                                                      \
+                __m512 li = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, code[r], q));                                \
+                a[r][t] = _mm512_fmadd_ps(li, _mm512_mul_ps(sv[r], dv), a[r][t]);                                  \
+            }                                                                                                      \
+        }                                                                                                          \
     }
+    int c = 0;
+    for (; c + 64 <= K; c += 64) I8_STEP(64)
+    if (c < K) I8_STEP(32)
+#undef I8_STEP
     if (bits == 0) {
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
