@@ -293,6 +293,9 @@ typedef struct ink_gen_opts {
                                   in Compat-X); always within the session's rollback slack */
     int (*choose_block)(void *ud, int round, int k_max); /* auto: if set, replaces the controller's
                                   choice (clamped to 1..k_max): a hook for tests and experiments */
+    const volatile int *block_cap; /* auto: if set and *block_cap >= 1, a round is at most that wide
+                                  (read every round; the caller owns it): `serve` caps its auto slots
+                                  at 1 (plain steps) while batched plain steps emit more per second */
     int mtp_mode;              /* enum ink_mtp_mode */
     int capture_commit;        /* 1: rollback by capture-and-commit instead of restore + replay */
     int reuse_prefix;          /* 1: when the prompt extends what the session has consumed (and the

@@ -348,6 +348,58 @@ static void test_generator_steps_equal_generate(void **state)
     ink_model_free(m);
 }
 
+static int widest(void *ud, int round, int k_max)
+{
+    (void)ud, (void)round;
+    return k_max;
+}
+
+/* ink_gen_opts.block_cap (what `serve` uses to hold its auto slots to plain steps): while
+ * *cap >= 1 an auto run's rounds are at most that wide, greedy output stays plain decoding's, and a
+ * fixed width ignores the cap. */
+static void test_block_cap(void **state)
+{
+    (void)state;
+    ink_model *m;
+    ink_err e = {0};
+    ink_model_opts mo = {.n_threads = 1};
+    assert_int_equal(ink_model_open(&m, MOE, &mo, &e), 0);
+    ink_drafter *d;
+    assert_int_equal(ink_drafter_open(&d, m, MOE "/drafter-fit", &e), 0);
+    ink_session *s;
+    assert_int_equal(ink_session_create(&s, m, 256, &e), 0);
+    const int32_t pr[4] = {3, 1, 4, 1};
+    int32_t plain[40], b[40];
+    int np;
+    ink_gen_opts po = {.max_tokens = 36};
+    assert_int_equal(ink_generate(s, pr, 4, &po, plain, 40, &np, NULL, &e), 0);
+    volatile int cap = 1;
+    ink_gen *g;
+    assert_int_equal(ink_gen_create(&g, s, &e), 0);
+    for (int fixed = 0; fixed < 2; fixed++) {
+        ink_gen_opts o = {.max_tokens = 36, .drafter = d, .block_size = fixed ? 3 : 0, .choose_block = widest, .block_cap = &cap};
+        ink_gen_stats st;
+        cap = 1;
+        assert_int_equal(ink_gen_start(g, pr, 4, &o, b, 40, &st, &e), 0);
+        for (int i = 0; i < 12 && !ink_gen_done(g); i++) assert_int_equal(ink_gen_step(g, &e), 0);
+        int wide = 0;
+        for (int k = 2; k <= INK_MAX_BLOCK; k++) wide += st.k_hist[k];
+        if (fixed) assert_true(st.k_hist[3] > 0 && st.k_hist[1] == 0); /* a fixed width is not capped */
+        else assert_true(wide == 0 && st.k_hist[1] >= 12);               /* capped: plain steps only */
+        cap = 0;
+        while (!ink_gen_done(g)) assert_int_equal(ink_gen_step(g, &e), 0);
+        assert_int_equal(ink_gen_finish(g), 0);
+        for (int k = 2; k <= INK_MAX_BLOCK; k++) wide += st.k_hist[k];
+        assert_true(wide > 0); /* uncapped, the hook's widest width is used again */
+        assert_int_equal(ink_gen_n_out(g), np);
+        assert_memory_equal(plain, b, (size_t)np * sizeof *b);
+    }
+    ink_gen_free(g);
+    ink_session_free(s);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -361,6 +413,7 @@ int main(void)
         cmocka_unit_test(test_autok_estimates),
         cmocka_unit_test(test_nan_logits_stop_with_position),
         cmocka_unit_test(test_generator_steps_equal_generate),
+        cmocka_unit_test(test_block_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -877,7 +877,8 @@ static void test_metrics(void **state)
                            "inkling:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"}",
                            "inkling:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"}",
                            "inkling:spec_decode_rounds_by_width_total{k=\"1\"}", "inkling:spec_decode_draft_seconds_total",
-                           "inkling:spec_decode_verify_seconds_total", "inkling:spec_decode_rollback_seconds_total"};
+                           "inkling:spec_decode_verify_seconds_total", "inkling:spec_decode_rollback_seconds_total",
+                           "inkling:engine_steps_total", "inkling:engine_steps_plain_total"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (!strstr(r.body, names[i])) fail_msg("metric %s missing", names[i]);
     }
@@ -886,6 +887,8 @@ static void test_metrics(void **state)
     assert_true(metric(g_main.port, "inkling:tokens_predicted_total") > 0);
     assert_true(metric(g_main.port, "inkling:spec_decode_num_draft_tokens_total") > 0);
     assert_true(metric(g_main.port, "inkling:prompt_tokens_total") > 0);
+    double steps = metric(g_main.port, "inkling:engine_steps_total");
+    assert_true(steps > 0 && metric(g_main.port, "inkling:engine_steps_plain_total") <= steps);
 }
 
 /* ---- cancellation, queue, pings ---------------------------------------------------------- */

@@ -486,6 +486,7 @@ static int plan(gen *g)
 {
     int budget = g->o->max_tokens - g->n_out;
     int k_eff = g->k_next < budget + 1 ? g->k_next : budget + 1;
+    if (g->autok && g->o->block_cap && *g->o->block_cap >= 1 && k_eff > *g->o->block_cap) k_eff = *g->o->block_cap;
     if (k_eff > g->n_ctx - g->n) k_eff = g->n_ctx - g->n;
     if (k_eff < 1) return 0; /* context full */
     g->k_eff = k_eff;

@@ -566,6 +566,9 @@ char *srv_metrics_text(ink_server *S)
     GAUGE("requests_deferred", "Requests waiting in the queue.", "%d", queued);
     GAUGE("n_ctx", "Context size of the session.", "%d", S->n_ctx);
     CNT("spec_decode_num_drafts_total", "Speculative rounds (verify steps with drafts).", "%llu", m.spec_rounds);
+    CNT("engine_steps_total", "Engine steps (one batched forward of every running slot's rows).", "%llu", m.steps);
+    CNT("engine_steps_plain_total", "Engine steps in which the slots with an automatic draft length were held to plain "
+        "steps because batched plain steps measured faster.", "%llu", m.capped_steps);
     CNT("spec_decode_num_draft_tokens_total", "Draft tokens proposed.", "%llu", m.draft_tokens);
     CNT("spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", "%llu", m.accepted_tokens);
     CNT("spec_decode_draft_seconds_total", "Time spent drafting.", "%.6f", m.draft_s);

@@ -389,6 +389,7 @@ static void free_server(ink_server *S)
     }
     if (!S->slots) ink_drafter_free(S->drafter); /* loading failed before the slots (else slot 0 owns it) */
     free(S->slots);
+    free(S->sctl);
     ink_batch_free(S->batch);
     ink_model_free(S->model);
     ink_tokenizer_free(S->tok);

@@ -141,6 +141,7 @@ typedef struct srv_metrics {
     double draft_s, verify_s, rollback_s;
     unsigned long long pos_proposed[INK_MAX_DEPTH], pos_accepted[INK_MAX_DEPTH];
     int n_pos;
+    unsigned long long steps, capped_steps; /* engine steps; of them, with auto slots capped at plain */
 } srv_metrics;
 
 struct ink_server {
@@ -160,6 +161,9 @@ struct ink_server {
     int q_len;
     struct srv_slot *slots;   /* [n_slots] (worker-owned; a slot's job is read under mu) */
     int n_slots, n_active;    /* slots, and slots running a job */
+    volatile int spec_cap;    /* the auto slots' width cap this step (0: none; 1: plain steps) */
+    struct srv_spec_ctl *sctl; /* [n_slots + 1]: the batch-wide drafting choice per number of
+                                  decoding slots (worker.c; worker-owned) */
     struct ink_batch *batch;  /* the slots' verify rows of one step, in one forward */
     int batch_rows;
     srv_metrics met;
