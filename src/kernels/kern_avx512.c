@@ -250,9 +250,10 @@ AI void frows_nt(const int dt, const uint8_t *w, size_t ldw_, int K, const float
     for (int i = 0; i < NRM * NTM; i++) acc[i] = _mm512_setzero_ps();
     ftile(dt, w, ldw_, x, ldx, 0, K, acc, NR, NT);
     if (H4 && NR == NRM) {
-        __m512 s = hsum4x4(acc);
+        float s[16]; /* through memory: an extract's lane must be an immediate, and -O1 does not unroll */
+        _mm512_storeu_ps(s, hsum4x4(acc));
 #pragma GCC unroll 4
-        for (int j = 0; j < NT; j++) _mm_storeu_ps(y + (size_t)j * ldy + r, _mm512_extractf32x4_ps(s, j));
+        for (int j = 0; j < NT; j++) memcpy(y + (size_t)j * ldy + r, s + 4 * j, 4 * sizeof(float));
     } else
 #pragma GCC unroll 4
         for (int i = 0; i < NR; i++)
