@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "server/srv.h"
+#include "server/specctl.h"
 #include "support/ckpt.h"
 #include "support/util.h"
 
@@ -1570,9 +1571,59 @@ static void test_stopper(void **state)
     srv_buf_free(&got);
 }
 
+/* ---- the batch-wide drafting choice (server/specctl.h), on synthetic rates ---------------- */
+
+/* Runs `steps` engine steps where arm a emits rate[a] tokens / s (every 7th step carries a prompt
+ * chunk and is not measured); returns how many ran arm 1 and counts the switches of arm. */
+static int spec_run(srv_spec_ctl *c, int steps, double own, double plain, int *switches)
+{
+    int n1 = 0, last = -1;
+    for (int i = 0; i < steps; i++) {
+        int arm = srv_spec_arm(c);
+        n1 += arm;
+        if (last >= 0 && arm != last) (*switches)++;
+        last = arm;
+        srv_spec_observe(c, arm, i % 7 != 3, arm ? plain : own);
+    }
+    return n1;
+}
+
+static void test_spec_ctl(void **state)
+{
+    (void)state;
+    srv_spec_ctl c;
+    int sw = 0;
+    /* plain steps emit twice as much (a cache-resident model): held to plain nearly all the time */
+    srv_spec_init(&c);
+    int n1 = spec_run(&c, 4000, 2000, 4000, &sw);
+    assert_int_equal(c.arm, 1);
+    assert_true(n1 > 3900);
+    /* drafting pays (a memory-bound model): stays with the slots' own widths; explorations get rare */
+    srv_spec_init(&c), sw = 0;
+    n1 = spec_run(&c, 4000, 200, 120, &sw);
+    assert_int_equal(c.arm, 0);
+    assert_true(n1 < 100 && sw <= 2 * 8); /* waits 32, 64, ..., 2048: at most 8 explorations */
+    /* a near tie (within the 3 % margin) does not flip-flop */
+    srv_spec_init(&c), sw = 0;
+    spec_run(&c, 4000, 1000, 1020, &sw);
+    assert_int_equal(c.arm, 0);
+    /* the text (or the batch) changes: drafting stops paying, and the choice follows within two of
+       the longest waits */
+    srv_spec_init(&c), sw = 0;
+    spec_run(&c, 3000, 200, 120, &sw);
+    assert_int_equal(c.arm, 0);
+    spec_run(&c, 2 * SRV_SPEC_GAP_MAX + 2 * SRV_SPEC_EXPLORE, 200, 400, &sw);
+    assert_int_equal(c.arm, 1);
+    /* nothing measured: no basis for a change */
+    srv_spec_init(&c);
+    for (int i = 0; i < 500; i++) srv_spec_observe(&c, srv_spec_arm(&c), 0, 1e9);
+    assert_int_equal(c.arm, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spec_ctl),
         cmocka_unit_test(test_health_loading_then_ready),
         cmocka_unit_test(test_out_reasoning_text_tool),
         cmocka_unit_test(test_stopper),

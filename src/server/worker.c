@@ -4,6 +4,7 @@
  * that finishes frees at once and the next queued job takes it), formatting each response into its
  * job as tokens arrive. A new job's prefill runs when it takes its slot, between steps. */
 #include "server/srv.h"
+#include "server/specctl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -12,59 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The batch-wide drafting choice. With several slots decoding, each slot's draft-length controller
- * sees round times that include the other slots' rows, so it cannot tell what its own drafting
- * costs the batch; on a cache-resident model batched plain steps emit far more tokens per second
- * than batched speculative rounds (bundled model, 4 clients: 4,266 vs 2,276 tok/s), while on a
- * memory-bound one drafting still pays with 2 slots. So for each number of decoding slots the
- * worker keeps two arms, "own" (every slot's controller decides) and "plain" (slots with an auto
- * width are capped at 1: ink_gen_opts.block_cap; a request's fixed width is never touched), each
- * with the tokens emitted per second of engine step, runs the better one and now and then tries the
- * other for SC_EXPLORE steps (the wait doubling up to SC_GAP_MAX while the other arm loses, back to
- * SC_GAP0 when it wins). Steps that carry a prompt chunk are not measured, nor the first step after
- * a switch (it wakes dormant drafter depths). Lossless either way: the cap only chooses widths. */
-#define SC_EXPLORE 12
-#define SC_GAP0 32
-#define SC_GAP_MAX 2048
-#define SC_MARGIN 1.03 /* the other arm must emit this much more per second to take over */
-typedef struct srv_spec_ctl {
-    double rate[2], xsum;  /* smoothed tokens / s of each arm; the running exploration's sum */
-    int n[2], xn;
-    int arm, exploring, left, gap, next, steps, last;
-} srv_spec_ctl;
-
-static void sc_init(srv_spec_ctl *c)
-{
-    memset(c, 0, sizeof *c);
-    c->gap = SC_GAP0, c->next = SC_GAP0 / 4, c->last = -1;
-}
-
-static int sc_arm(srv_spec_ctl *c)
-{
-    if (!c->exploring && c->steps >= c->next) c->exploring = 1, c->left = SC_EXPLORE, c->xsum = 0, c->xn = 0;
-    c->steps++;
-    return c->exploring ? !c->arm : c->arm;
-}
-
-static void sc_observe(srv_spec_ctl *c, int arm, int measured, double rate)
-{
-    int first = arm != c->last;
-    c->last = arm;
-    if (arm == c->arm && !c->exploring) {
-        if (!measured || first) return;
-        double w = 1.0 / (c->n[arm] + 1);
-        if (w < 0.05) w = 0.05;
-        c->rate[arm] += w * (rate - c->rate[arm]), c->n[arm]++;
-        return;
-    }
-    if (measured && !first) c->xsum += rate, c->xn++;
-    if (--c->left > 0) return;
-    c->exploring = 0;
-    if (c->xn) c->rate[arm] = c->xsum / c->xn, c->n[arm] += c->xn;
-    if (c->xn && c->n[c->arm] && c->rate[arm] > c->rate[c->arm] * SC_MARGIN) c->arm = arm, c->gap = SC_GAP0;
-    else if (c->gap < SC_GAP_MAX) c->gap *= 2;
-    c->next = c->steps + c->gap;
-}
 
 
 void srv_job_release(ink_server *S, srv_job *j)
@@ -117,7 +65,7 @@ static void load(ink_server *S)
         ink_err_set(&e, INK_E_NOMEM, "out of memory");
         goto fail;
     }
-    for (int i = 0; i <= S->n_slots; i++) sc_init(&S->sctl[i]);
+    for (int i = 0; i <= S->n_slots; i++) srv_spec_init(&S->sctl[i]);
     for (int i = 0; i < S->n_slots; i++) {
         srv_slot *sl = &S->slots[i];
         if (i == 0) sl->d = S->drafter;
@@ -406,7 +354,7 @@ static void step_slots(ink_server *S)
         n_auto += run[i]->o.drafter && run[i]->o.block_size <= 0;
     }
     srv_spec_ctl *c = S->sctl && n_dec >= 2 && n_auto && n_dec <= S->n_slots ? &S->sctl[n_dec] : NULL;
-    int arm = c ? sc_arm(c) : 0;
+    int arm = c ? srv_spec_arm(c) : 0;
     S->spec_cap = arm; /* arm 1: plain steps for the auto slots */
     double t0 = ink_now_s();
     /* at most PREFILL_ROWS prompt rows per step in all, so that a long prompt does not stall the
@@ -419,7 +367,7 @@ static void step_slots(ink_server *S)
         int out1 = 0;
         for (int i = 0; i < n; i++)
             if (dec[i]) out1 += ink_gen_n_out(gens[i]);
-        sc_observe(c, arm, !n_pre && dt > 0, dt > 0 ? (out1 - out0) / dt : 0);
+        srv_spec_observe(c, arm, !n_pre && dt > 0, dt > 0 ? (out1 - out0) / dt : 0);
     }
     pthread_mutex_lock(&S->mu);
     S->met.steps++, S->met.capped_steps += arm == 1;
