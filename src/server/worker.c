@@ -13,8 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
-
 void srv_job_release(ink_server *S, srv_job *j)
 {
     if (--j->refs == 0) {
@@ -340,9 +338,7 @@ static void step_slots(ink_server *S)
         if (!sl->j || !sl->started) continue;
         run[n] = sl, gens[n] = sl->gen, errs[n++] = sl->e;
     }
-    /* at most PREFILL_ROWS prompt rows per step in all, so that a long prompt does not stall the
-     * slots that are decoding; a prompt chunk shares the step's forward with their verify rows.
-     * A failure ends that slot's run: slot_finished sees it. */
+    /* the batch-wide drafting choice (server/specctl.h) for this many decoding slots */
     int n_dec = 0, n_auto = 0, n_pre = 0, out0 = 0, dec[INK_STEP_MANY_MAX] = {0};
     for (int i = 0; i < n; i++) {
         if (ink_gen_prefilling(gens[i])) {
