@@ -7,10 +7,13 @@
 # INKLING_TEST_JOBS=N (default 1) runs N binaries at a time (the emulated suite in CI: qemu is
 # CPU-bound and single-threaded per process); binaries that measure the machine's load
 # (SERIAL_TESTS) still run alone, after the others; each result line is printed when its binary ends.
+# INKLING_TEST_TIMEOUT=S (default 900; 0 = none) kills a binary that runs longer than S seconds and
+# counts it as a failure, so a hung test ends the run with its name instead of stalling CI.
 set -u
 build=${1:-build/release}
 export INKLING_BIN="${INKLING_BIN:-$build/inkling}"
 jobs=${INKLING_TEST_JOBS:-1}
+limit=${INKLING_TEST_TIMEOUT:-900}
 SERIAL_TESTS=" test_pool "
 pass=0; fail=0; skip=0; failed_names=()
 outdir=$(mktemp -d "${TMPDIR:-/tmp}/inkling-run.XXXXXX")
@@ -20,9 +23,14 @@ trap 'rm -rf "$outdir"' EXIT
 run_one() {
   local t=$1 name
   name=$(basename "$t")
-  local t0=$SECONDS
-  ${INKLING_TEST_RUNNER:-} "$t" >"$outdir/$name.out" 2>&1
-  echo $? >"$outdir/$name.rc"
+  local t0=$SECONDS rc
+  if [ "$limit" -gt 0 ]; then
+    timeout -k 10 "$limit" ${INKLING_TEST_RUNNER:-} "$t" >"$outdir/$name.out" 2>&1; rc=$?
+    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && echo "run.sh: $name killed after ${limit} s (INKLING_TEST_TIMEOUT)" >>"$outdir/$name.out"
+  else
+    ${INKLING_TEST_RUNNER:-} "$t" >"$outdir/$name.out" 2>&1; rc=$?
+  fi
+  echo $rc >"$outdir/$name.rc"
   echo $((SECONDS - t0)) >"$outdir/$name.s"
 }
 
@@ -54,14 +62,25 @@ report() {
   fi
 }
 
+# parallel binaries: start up to $jobs, report each one as soon as it ends (a file NAME.done marks it)
+declare -A reported=()
+report_done() {
+  local f n
+  for f in "$outdir"/*.done; do
+    [ -e "$f" ] || continue
+    n=$(basename "$f" .done)
+    [ -n "${reported[$n]:-}" ] && continue
+    reported[$n]=1; report "$n"
+  done
+}
 running=0
 for t in "${parallel[@]+"${parallel[@]}"}"; do
-  run_one "$t" &
+  ( run_one "$t"; touch "$outdir/$(basename "$t").done" ) &
   running=$((running + 1))
-  if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+  if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); report_done; fi
 done
-wait
-for t in "${parallel[@]+"${parallel[@]}"}"; do report "$(basename "$t")"; done
+while [ "$running" -gt 0 ]; do wait -n; running=$((running - 1)); report_done; done
+wait; report_done
 for t in "${serial[@]+"${serial[@]}"}"; do run_one "$t"; report "$(basename "$t")"; done
 
 [ ${#failed_names[@]} -gt 0 ] && echo "failing binaries: ${failed_names[*]}"

@@ -65,9 +65,19 @@ int tu_emulated(void)
     return r && *r;
 }
 
+int tu_sanitized(void)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 int tu_scaled(int n, int div, int lo)
 {
-    if (!tu_emulated()) return n;
+    if (!tu_emulated() && tu_sanitized() && div >= 2) div /= 2;
+    else if (!tu_emulated()) return n;
     return n / div > lo ? n / div : lo;
 }
 

@@ -15,7 +15,11 @@ const char *tu_bin(void);
  * whose cost is repetition (seeded chi-square runs, long generations) scale their counts down so
  * the whole suite fits in CI under qemu; what they assert stays the same. */
 int tu_emulated(void);
-/* n natively, n / div (at least lo) under an emulator. */
+/* 1 in a sanitizer build (ASan / UBSan / TSan: `make asan`, `make tsan`), where code runs 5-20x
+ * slower and what is checked is memory and thread safety, not statistical power. */
+int tu_sanitized(void);
+/* n natively, n / div (at least lo) under an emulator, n / (div / 2) (at least lo) in a
+ * sanitizer build. */
 int tu_scaled(int n, int div, int lo);
 /* max |a-b| over n floats and max |b|. */
 float tu_max_abs_diff(const float *a, const float *b, size_t n, float *max_ref);
