@@ -48,6 +48,15 @@ AI float scale_at(const void *p, int dt, size_t i)
     return ink_ld_f32(p, i);
 }
 
+/* 8 consecutive scales (or biases) from element i as f32 (unaligned loads) */
+AI __m256 scales8(const void *p, int dt, size_t i)
+{
+    if (dt == INK_DT_F32) return _mm256_loadu_ps((const float *)p + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)p + i));
+    if (dt == INK_DT_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
 /* ---- float views -------------------------------------------------------------------------- */
 
 AI __m256 ldw(int dt, const void *p, size_t off)
@@ -440,6 +449,118 @@ I8_FN(5)
 I8_FN(6)
 I8_FN(8)
 
+/* 4-bit affine in the nibble layout (nib_layout, rows_int8): every full 64-element chunk of q holds
+ * its 32 even elements, then its 32 odd ones, so the 32 packed bytes that cover the chunk pair with
+ * them by one mask (low nibbles) and one shift (high nibbles): no unpacking. Dword lane l of the
+ * two products covers elements 8l .. 8l + 7 of the chunk, so lanes 0-3 take block c/32's d and lanes
+ * 4-7 block c/32 + 1's (and group scales likewise when gs = 32). A 32-tail keeps element order. */
+static inline int nib_layout(const ink_mat *W)
+{
+    return W->dtype == INK_QT_AFFINE && W->bits == 4 && (W->group == 32 || W->group % 64 == 0);
+}
+
+AI __m256 pair8(const float *p) /* [p[0] x4, p[1] x4] */
+{
+    __m128 v = _mm_castpd_ps(_mm_load_sd((const double *)(const void *)p));
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+/* gcc 12 cannot see that pair8(sf + c / 32) (gs 32 only) reads sf[0 .. G - 1], which are all set */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+AI void i4tile(const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int ldy, const int NT)
+{
+    const uint8_t *row = (const uint8_t *)W->data + (size_t)o * W->stride;
+    int K = W->cols, gs = W->group, G = K / gs, K64 = K & ~63;
+    size_t base = (size_t)o * W->sstride;
+    float sf[INK_QX_MAXK / 32];
+    int g8 = 0;
+    for (; g8 + 8 <= G; g8 += 8) _mm256_storeu_ps(sf + g8, scales8(W->scales, W->sdtype, base + (size_t)g8));
+    for (; g8 < G; g8++) sf[g8] = scale_at(W->scales, W->sdtype, base + (size_t)g8);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    int c = 0;
+    for (; c < K64; c += 64) {
+        _mm_prefetch((const char *)row + c / 2 + 512, _MM_HINT_T0);
+        __m256i v = _mm256_loadu_si256((const __m256i *)(row + c / 2));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        __m256 sv = gs == 32 ? pair8(sf + c / 32) : _mm256_set1_ps(sf[c / gs]);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const int8_t *q = qx->q[t0 + t] + c;
+            /* each vpmaddubsw pair sum is at most 2 * 15 * 127: the two add without saturating */
+            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q)),
+                                         _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q + 32))));
+            __m256 li = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+            acc[t] = _mm256_fmadd_ps(li, _mm256_mul_ps(sv, pair8(qx->d[t0 + t] + c / 32)), acc[t]);
+        }
+    }
+    if (c < K) { /* the 32-tail (gs 32) */
+        __m256i code = codes32(4, row, c);
+        __m256 sv = _mm256_set1_ps(sf[c / gs]);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qx->q[t0 + t] + c));
+            __m256 li = _mm256_cvtepi32_ps(idot(4, code, q));
+            acc[t] = _mm256_fmadd_ps(li, _mm256_mul_ps(sv, _mm256_set1_ps(qx->d[t0 + t][c / 32])), acc[t]);
+        }
+    }
+    /* bias term: sum_g b[g] * (sum of x over group g), the group sums in xs[t][g] (qx_nibble_order) */
+    __m256 bt[4];
+    float bs[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) bt[t] = _mm256_setzero_ps(), bs[t] = 0.0f;
+    int g = 0;
+    for (; g + 8 <= G; g += 8) {
+        __m256 bv = scales8(W->biases, W->sdtype, base + (size_t)g);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) bt[t] = _mm256_fmadd_ps(bv, _mm256_loadu_ps(qx->xs[t0 + t] + g), bt[t]);
+    }
+    for (; g < G; g++) {
+        float b = scale_at(W->biases, W->sdtype, base + (size_t)g);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) bs[t] += b * qx->xs[t0 + t][g];
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o] = hsum8(acc[t]) + (hsum8(bt[t]) + bs[t]);
+}
+#pragma GCC diagnostic pop
+
+static void i4tile_fn(const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int ldy, int nt)
+{
+    switch (nt) {
+    case 1: i4tile(W, o, qx, t0, y, ldy, 1); break;
+    case 2: i4tile(W, o, qx, t0, y, ldy, 2); break;
+    case 3: i4tile(W, o, qx, t0, y, ldy, 3); break;
+    default: i4tile(W, o, qx, t0, y, ldy, 4); break;
+    }
+}
+
+/* q of every full 64-element chunk as its even elements, then its odd ones (nib_layout), and xs[t][g]
+ * as the sum of x over group g (of gs elements) instead of over 32-block g */
+static void qx_nibble_order(ink_qx *qx, int nt, int k, int gs)
+{
+    for (int t = 0; t < nt; t++)
+        for (int g = 0, per = gs / 32; g < k / gs; g++) { /* in place: writes g, reads g * per .. */
+            float s = qx->xs[t][g * per];
+            for (int i = 1; i < per; i++) s += qx->xs[t][g * per + i];
+            qx->xs[t][g] = s;
+        }
+    const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                        0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    for (int t = 0; t < nt; t++)
+        for (int c = 0; c + 64 <= k; c += 64) {
+            int8_t *q = qx->q[t] + c;
+            /* per 128-bit lane [8 evens | 8 odds], then qwords 0 2 1 3: [16 evens | 16 odds] */
+            __m256i a = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)q), sh), 0xd8);
+            __m256i b = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(q + 32)), sh), 0xd8);
+            _mm256_storeu_si256((__m256i *)q, _mm256_permute2x128_si256(a, b, 0x20));
+            _mm256_storeu_si256((__m256i *)(q + 32), _mm256_permute2x128_si256(a, b, 0x31));
+        }
+}
+
 /* NVFP4: 32 codes as signed bytes 2 * e2m1 (-12 .. 12) by one table lookup per nibble; per 32-block
  * the eight 4-element partial sums are scaled by [s(c/16) x4, s(c/16+1) x4] * d, s = e4m3 / 2. */
 AI void n8tile(const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int ldy, const int NT)
@@ -494,9 +615,12 @@ static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y
     case 8: f = i8tile_8; break;
     default: f = i8tile_4; break;
     }
+    int nib = nib_layout(W);
+    if (nib) f = i4tile_fn;
     for (int t0 = 0; t0 < T; t0 += INK_QX_TILE) {
         int nt = T - t0 < INK_QX_TILE ? T - t0 : INK_QX_TILE;
         ink_qx_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols);
+        if (nib) qx_nibble_order(&qx, nt, W->cols, W->group);
         for (int o = r0; o < r1; o++)
             for (int t = 0; t < nt; t += 4) f(W, o, &qx, t, y + (size_t)(t0 + t) * ldy, ldy, nt - t < 4 ? nt - t : 4);
     }

@@ -544,14 +544,28 @@ static void avx512_rows(const ink_mat *W, const float *x, int ldx, int T, float 
 #define QXK (INK_QX_MAXK + 64)
 
 /* The activations of up to INK_QX_TILE tokens: q as ink_qx_fill makes them (zero-padded to a multiple
- * of 64), per 64-element step the block scales [d(2i) x8, d(2i+1) x8], and per group sum(x). */
+ * of 64), per 64-element step the block scales [d(2i) x8, d(2i+1) x8], and per group sum(x).
+ * Nibble layout (4-bit affine with a power-of-two group >= 8, NVFP4; nib_layout): every full
+ * 128-element chunk at c holds its even elements first, then its odd ones (q[c + j] = x(c + 2j),
+ * q[c + 64 + j] = x(c + 2j + 1)), so the 64 bytes of packed weights that cover the chunk give the
+ * codes that pair with them by one mask (low nibbles: even elements) and one shift (high nibbles:
+ * odd), without widening; dword lane l of either half then covers elements c + 8l .. c + 8l + 7, so
+ * the chunk's block scales are [d(c/32) x4, d(c/32 + 1) x4, d(c/32 + 2) x4, d(c/32 + 3) x4] at
+ * dv + c/4. A tail shorter than 128 keeps the element order and the 64-step scales. */
 typedef struct qx512 {
     int8_t q[INK_QX_TILE][QXK];
     float dv[INK_QX_TILE][QXK / 4];
     float xs[INK_QX_TILE][INK_QX_MAXK / 32 + 16];
 } qx512;
 
-static void qx512_fill(qx512 *qx, const float *x, int ldx, int nt, int k, int gs)
+/* whether W's int8 path uses the nibble layout (qx512 above; i8tile's 128-element steps) */
+static inline int nib_layout(const ink_mat *W)
+{
+    if (W->dtype == INK_QT_NVFP4) return 1;
+    return W->bits == 4 && W->group >= 8 && !(W->group & (W->group - 1));
+}
+
+static void qx512_fill(qx512 *qx, const float *x, int ldx, int nt, int k, int gs, int nib)
 {
     int nb = k / 32, kp = (k + 63) & ~63;
     for (int t = 0; t < nt; t++) {
@@ -576,6 +590,20 @@ static void qx512_fill(qx512 *qx, const float *x, int ldx, int nt, int k, int gs
         for (int i = 0; i < kp / 64; i++) {
             __m512 dv = _mm512_insertf32x8(_mm512_set1_ps(d[2 * i]), _mm256_set1_ps(d[2 * i + 1]), 1);
             _mm512_storeu_ps(qx->dv[t] + 16 * i, dv);
+        }
+        if (nib) {
+            const __m512i ev = _mm512_setr_epi64(0x0e0c0a0806040200ll, 0x1e1c1a1816141210ll, 0x2e2c2a2826242220ll,
+                                                 0x3e3c3a3836343230ll, 0x4e4c4a4846444240ll, 0x5e5c5a5856545250ll,
+                                                 0x6e6c6a6866646260ll, 0x7e7c7a7876747270ll);
+            const __m512i od = _mm512_add_epi8(ev, _mm512_set1_epi8(1));
+            const __m512i quad = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+            for (int c = 0; c + 128 <= k; c += 128) {
+                int8_t *qc = qx->q[t] + c;
+                __m512i lo = _mm512_loadu_si512(qc), hi = _mm512_loadu_si512(qc + 64);
+                _mm512_storeu_si512(qc, _mm512_permutex2var_epi8(lo, ev, hi));
+                _mm512_storeu_si512(qc + 64, _mm512_permutex2var_epi8(lo, od, hi));
+                _mm512_storeu_ps(qx->dv[t] + c / 4, _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(_mm_loadu_ps(d + c / 32))));
+            }
         }
         int G = k / gs, per = gs / 32;
         for (int g = 0; g < G; g++) {
@@ -729,6 +757,45 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
         }                                                                                                          \
     }
     int c = 0;
+    /* nibble layout (qx512): 128 elements per step, two dot products per row into the same lanes */
+    if (bits == 0 || (bits == 4 && pow2 && gs >= 8)) {
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+        const __m512i m4 = _mm512_set1_epi8(15);
+        /* the scale of lane l: group (c + 8l) / gs (affine), block (c + 8l) / 16 (NVFP4) */
+        int sh = bits ? gsh : 4, nsc = bits ? (gs >= 128 ? 1 : 128 / gs) : 8;
+        __m512i sidx = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                            _mm512_set1_epi32(8)), (unsigned)sh);
+        __mmask16 smask = (__mmask16)((1u << nsc) - 1);
+        for (; c + 128 <= K; c += 128) {
+            __m512i lo[NRM], hi[NRM];
+            __m512 sv[NRM];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                pf_tile(row[r] + (size_t)c / 2, (size_t)NR * W->stride);
+                __m512i v = _mm512_loadu_si512(row[r] + (size_t)c / 2);
+                lo[r] = _mm512_and_si512(v, m4);
+                hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (!bits) lo[r] = _mm512_shuffle_epi8(lut, lo[r]), hi[r] = _mm512_shuffle_epi8(lut, hi[r]);
+                const float *sp = sf[r] + (c >> sh);
+                sv[r] = nsc == 1 ? _mm512_set1_ps(sp[0]) : _mm512_permutexvar_ps(sidx, _mm512_maskz_loadu_ps(smask, sp));
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512i qe = _mm512_loadu_si512(qx->q[t0 + t] + c), qo = _mm512_loadu_si512(qx->q[t0 + t] + c + 64);
+                __m512 dv = _mm512_loadu_ps(qx->dv[t0 + t] + c / 4);
+                __m512i z = _mm512_setzero_si512();
+                if (!bits) {
+                    const __m512i k12 = _mm512_set1_epi8(12);
+                    z = _mm512_sub_epi32(z, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, k12, qe), k12, qo));
+                }
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    __m512i li = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, lo[r], qe), hi[r], qo);
+                    a[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(li), _mm512_mul_ps(sv[r], dv), a[r][t]);
+                }
+            }
+        }
+    }
     for (; c + 64 <= K; c += 64) I8_STEP(64)
     if (c < K) I8_STEP(32)
 #undef I8_STEP
@@ -793,7 +860,7 @@ static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y
     }
     for (int t0 = 0; t0 < T; t0 += INK_QX_TILE) {
         int nt = T - t0 < INK_QX_TILE ? T - t0 : INK_QX_TILE;
-        qx512_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols, W->dtype == INK_QT_NVFP4 ? 32 : W->group);
+        qx512_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols, W->dtype == INK_QT_NVFP4 ? 32 : W->group, nib_layout(W));
         for (int o = r0; o < r1; o += NRM) {
             int nr = r1 - o < NRM ? r1 - o : NRM;
             for (int t = 0; t < nt; t += NTM)
