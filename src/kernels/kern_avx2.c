@@ -456,6 +456,7 @@ I8_FN(8)
  * 4-7 block c/32 + 1's (and group scales likewise when gs = 32). A 32-tail keeps element order. */
 static inline int nib_layout(const ink_mat *W)
 {
+    if (W->dtype == INK_QT_NVFP4) return 1;
     return W->dtype == INK_QT_AFFINE && W->bits == 4 && (W->group == 32 || W->group % 64 == 0);
 }
 
@@ -592,6 +593,88 @@ AI void n8tile(const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int 
     for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o] = hsum8(acc[t]) * W->gscale;
 }
 
+/* 8 e4m3 codes as f32 / 2, exactly e4m3() / 2 (NaN codes included), by bit assembly in lanes */
+AI __m256 e4m3x8_half(const uint8_t *p)
+{
+    __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    __m256i ax = _mm256_and_si256(x, _mm256_set1_epi32(0x7f));
+    __m256i sg = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x80)), 24);
+    __m256 mag = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(ax, 20), _mm256_set1_epi32(120 << 23)));
+    __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32(7))), _mm256_set1_ps(0.001953125f));
+    __m256i isub = _mm256_cmpeq_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x78)), _mm256_setzero_si256());
+    __m256 v = _mm256_blendv_ps(mag, sub, _mm256_castsi256_ps(isub));
+    v = _mm256_mul_ps(_mm256_or_ps(v, _mm256_castsi256_ps(sg)), _mm256_set1_ps(0.5f));
+    __m256i isnan = _mm256_cmpeq_epi32(ax, _mm256_set1_epi32(0x7f));
+    return _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_or_si256(sg, _mm256_set1_epi32(0x7fc00000))), _mm256_castsi256_ps(isnan));
+}
+
+/* NVFP4 in the nibble layout (as i4tile): per 64-element chunk, lanes 2j and 2j + 1 take 16-block
+ * c/16 + j's scale; the row's scales are converted once, 8 at a time. 32-tail: element order. */
+AI void n4tile(const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int ldy, const int NT)
+{
+    const uint8_t *row = (const uint8_t *)W->data + (size_t)o * W->stride;
+    const uint8_t *sc = (const uint8_t *)W->scales + (size_t)o * W->sstride;
+    int K = W->cols, nsc = K / 16, K64 = K & ~63;
+    float sf[INK_QX_MAXK / 16 + 8];
+    for (int i = 0; i < nsc; i += 8) {
+        uint8_t b[8] = {0};
+        memcpy(b, sc + i, (size_t)(nsc - i < 8 ? nsc - i : 8));
+        _mm256_storeu_ps(sf + i, e4m3x8_half(b));
+    }
+    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    int c = 0;
+    for (; c < K64; c += 64) {
+        _mm_prefetch((const char *)row + c / 2 + 512, _MM_HINT_T0);
+        __m256i v = _mm256_loadu_si256((const __m256i *)(row + c / 2));
+        __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+        __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+        __m256i alo = _mm256_abs_epi8(lo), ahi = _mm256_abs_epi8(hi);
+        __m256 sv = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(sf + c / 16)), dup);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const int8_t *q = qx->q[t0 + t] + c;
+            /* |code| <= 12: each vpmaddubsw pair sum is at most 2 * 12 * 127, the two add exactly */
+            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(alo, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)q), lo)),
+                                         _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(q + 32)), hi)));
+            __m256 li = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+            acc[t] = _mm256_fmadd_ps(li, _mm256_mul_ps(sv, pair8(qx->d[t0 + t] + c / 32)), acc[t]);
+        }
+    }
+    if (c < K) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(row + c / 2));
+        __m128i l = _mm256_castsi256_si128(lut), m15 = _mm_set1_epi8(15);
+        __m128i lo = _mm_shuffle_epi8(l, _mm_and_si128(v, m15));
+        __m128i hi = _mm_shuffle_epi8(l, _mm_and_si128(_mm_srli_epi16(v, 4), m15));
+        __m256i code = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+        __m256i ac = _mm256_abs_epi8(code);
+        __m256 sv = _mm256_set_m128(_mm_set1_ps(sf[c / 16 + 1]), _mm_set1_ps(sf[c / 16]));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qx->q[t0 + t] + c));
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ac, _mm256_sign_epi8(q, code)), ones);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sv, _mm256_set1_ps(qx->d[t0 + t][c / 32])), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o] = hsum8(acc[t]) * W->gscale;
+}
+
+static void n4tile_fn(const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int ldy, int nt)
+{
+    switch (nt) {
+    case 1: n4tile(W, o, qx, t0, y, ldy, 1); break;
+    case 2: n4tile(W, o, qx, t0, y, ldy, 2); break;
+    case 3: n4tile(W, o, qx, t0, y, ldy, 3); break;
+    default: n4tile(W, o, qx, t0, y, ldy, 4); break;
+    }
+}
+
 static void n8tile_fn(const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int ldy, int nt)
 {
     switch (nt) {
@@ -616,11 +699,11 @@ static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y
     default: f = i8tile_4; break;
     }
     int nib = nib_layout(W);
-    if (nib) f = i4tile_fn;
+    if (nib) f = W->dtype == INK_QT_NVFP4 ? n4tile_fn : i4tile_fn;
     for (int t0 = 0; t0 < T; t0 += INK_QX_TILE) {
         int nt = T - t0 < INK_QX_TILE ? T - t0 : INK_QX_TILE;
         ink_qx_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols);
-        if (nib) qx_nibble_order(&qx, nt, W->cols, W->group);
+        if (nib) qx_nibble_order(&qx, nt, W->cols, W->dtype == INK_QT_NVFP4 ? 32 : W->group);
         for (int o = r0; o < r1; o++)
             for (int t = 0; t < nt; t += 4) f(W, o, &qx, t, y + (size_t)(t0 + t) * ldy, ldy, nt - t < 4 ? nt - t : 4);
     }
