@@ -372,14 +372,45 @@ static void avx2_rows(const ink_mat *W, const float *x, int ldx, int T, float *y
 
 /* 32 codes from element c as bytes in element order: 8-bit as signed code - 128, the others as
  * unsigned codes (at most 63, so vpmaddubsw cannot saturate). */
-AI __m256i codes32(const int bits, const uint8_t *row, int c)
+/* bits 2, 3, 5, 6: the 32 codes at element c fill 4 bits bytes; 128-bit lane h takes codes
+ * 16h .. 16h + 15 (2 bits bytes from 16h bits / 8); dword m of a lane gathers the 4 bytes that hold
+ * codes 4m .. 4m + 3 (from byte m bits / 2, then a right shift by 4 (m bits % 2)), and shifts and
+ * masks move code k of a dword to its byte k. `rowb` is the row's length in bytes: the 16-byte loads
+ * stay inside it (the last chunks are copied out first). */
+AI __m256i spread32(const int bits, const uint8_t *row, int c, int rowb)
+{
+    int off = c / 8 * bits;
+    __m128i l0, l1;
+    if (off + 2 * bits + 16 <= rowb) {
+        l0 = _mm_loadu_si128((const __m128i *)(row + off));
+        l1 = _mm_loadu_si128((const __m128i *)(row + off + 2 * bits));
+    } else {
+        uint8_t b[48] = {0};
+        memcpy(b, row + off, (size_t)(4 * bits));
+        l0 = _mm_loadu_si128((const __m128i *)b);
+        l1 = _mm_loadu_si128((const __m128i *)(b + 2 * bits));
+    }
+    __m256i v = _mm256_set_m128i(l1, l0);
+    int o1 = bits / 2, o2 = bits, o3 = 3 * bits / 2;
+    const __m256i sh = _mm256_setr_epi8(0, 1, 2, 3, (char)o1, (char)(o1 + 1), (char)(o1 + 2), (char)(o1 + 3),
+                                        (char)o2, (char)(o2 + 1), (char)(o2 + 2), (char)(o2 + 3),
+                                        (char)o3, (char)(o3 + 1), (char)(o3 + 2), (char)(o3 + 3),
+                                        0, 1, 2, 3, (char)o1, (char)(o1 + 1), (char)(o1 + 2), (char)(o1 + 3),
+                                        (char)o2, (char)(o2 + 1), (char)(o2 + 2), (char)(o2 + 3),
+                                        (char)o3, (char)(o3 + 1), (char)(o3 + 2), (char)(o3 + 3));
+    int s1 = 4 * (bits % 2);
+    __m256i d = _mm256_srlv_epi32(_mm256_shuffle_epi8(v, sh), _mm256_setr_epi32(0, s1, 0, s1, 0, s1, 0, s1));
+    const int m = (1 << bits) - 1;
+    __m256i r = _mm256_and_si256(d, _mm256_set1_epi32(m));
+    r = _mm256_or_si256(r, _mm256_and_si256(_mm256_slli_epi32(d, 8 - bits), _mm256_set1_epi32(m << 8)));
+    r = _mm256_or_si256(r, _mm256_and_si256(_mm256_slli_epi32(d, 16 - 2 * bits), _mm256_set1_epi32(m << 16)));
+    return _mm256_or_si256(r, _mm256_and_si256(_mm256_slli_epi32(d, 24 - 3 * bits), _mm256_set1_epi32(m << 24)));
+}
+
+AI __m256i codes32(const int bits, const uint8_t *row, int c, int rowb)
 {
     if (bits == 8) return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(row + c)), _mm256_set1_epi8((char)0x80));
-    if (bits != 4) {
-        uint8_t u[32];
-        for (int i = 0; i < 32; i += 8) ink_unpack8(row, c + i, bits, u + i);
-        return _mm256_loadu_si256((const __m256i *)u);
-    }
+    if (bits != 4) return spread32(bits, row, c, rowb);
     __m128i v = _mm_loadu_si128((const __m128i *)(row + c / 2));
     __m128i m = _mm_set1_epi8(15);
     __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
@@ -394,24 +425,51 @@ AI __m256i idot(const int bits, __m256i code, __m256i q)
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
+/* the bias term of row o, sum_g b'[g] * xs[t][g] (xs as group sums: qx_group_sums), 8 groups at a
+ * time; b' = b + 128 s for 8-bit (its codes are used as code - 128) */
+AI void bias_terms(const int bits, const ink_mat *W, int o, const ink_qx *qx, int t0, const int NT, float *out)
+{
+    int G = W->cols / W->group, g = 0;
+    size_t base = (size_t)o * W->sstride;
+    __m256 bt[4];
+    float bs[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) bt[t] = _mm256_setzero_ps(), bs[t] = 0.0f;
+    for (; g + 8 <= G; g += 8) {
+        __m256 bv = scales8(W->biases, W->sdtype, base + (size_t)g);
+        if (bits == 8) bv = _mm256_fmadd_ps(_mm256_set1_ps(128.0f), scales8(W->scales, W->sdtype, base + (size_t)g), bv);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) bt[t] = _mm256_fmadd_ps(bv, _mm256_loadu_ps(qx->xs[t0 + t] + g), bt[t]);
+    }
+    for (; g < G; g++) {
+        float b = scale_at(W->biases, W->sdtype, base + (size_t)g);
+        if (bits == 8) b = b + 128.0f * scale_at(W->scales, W->sdtype, base + (size_t)g);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) bs[t] += b * qx->xs[t0 + t][g];
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) out[t] = hsum8(bt[t]) + bs[t];
+}
+
 AI void i8tile(const int bits, const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int ldy, const int NT)
 {
     const uint8_t *row = (const uint8_t *)W->data + (size_t)o * W->stride;
-    int K = W->cols, gs = W->group;
+    int K = W->cols, gs = W->group, G = K / gs, g8 = 0;
+    size_t base = (size_t)o * W->sstride;
+    float sf[INK_QX_MAXK / 32];
+    for (; g8 + 8 <= G; g8 += 8) _mm256_storeu_ps(sf + g8, scales8(W->scales, W->sdtype, base + (size_t)g8));
+    for (; g8 < G; g8++) sf[g8] = scale_at(W->scales, W->sdtype, base + (size_t)g8);
     __m256 acc[4];
-    float bsum[4];
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps(), bsum[t] = 0.0f;
-    for (int g = 0; g < K / gs; g++) {
-        size_t gi = (size_t)o * W->sstride + (size_t)g;
-        float s = scale_at(W->scales, W->sdtype, gi), b = scale_at(W->biases, W->sdtype, gi);
-        if (bits == 8) b = b + 128.0f * s;
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int g = 0; g < G; g++) {
+        float s = sf[g];
         __m256 gl[4];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) gl[t] = _mm256_setzero_ps();
         for (int c = g * gs; c < (g + 1) * gs; c += 32) {
             _mm_prefetch((const char *)row + (size_t)(c + 1024) * bits / 8, _MM_HINT_T0);
-            __m256i code = codes32(bits, row, c);
+            __m256i code = codes32(bits, row, c, K / 8 * bits);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) {
                 __m256i q = _mm256_loadu_si256((const __m256i *)(qx->q[t0 + t] + c));
@@ -421,15 +479,12 @@ AI void i8tile(const int bits, const ink_mat *W, int o, const ink_qx *qx, int t0
         }
         __m256 sv = _mm256_set1_ps(s);
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            float xsg = qx->xs[t0 + t][g * gs / 32];
-            for (int c = g * gs + 32; c < (g + 1) * gs; c += 32) xsg += qx->xs[t0 + t][c / 32];
-            acc[t] = _mm256_fmadd_ps(gl[t], sv, acc[t]);
-            bsum[t] += b * xsg;
-        }
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_fmadd_ps(gl[t], sv, acc[t]);
     }
+    float bs[4];
+    bias_terms(bits, W, o, qx, t0, NT, bs);
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o] = hsum8(acc[t]) + bsum[t];
+    for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o] = hsum8(acc[t]) + bs[t];
 }
 
 #define I8_FN(B)                                                                                                  \
@@ -499,7 +554,7 @@ AI void i4tile(const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int 
         }
     }
     if (c < K) { /* the 32-tail (gs 32) */
-        __m256i code = codes32(4, row, c);
+        __m256i code = codes32(4, row, c, K / 2);
         __m256 sv = _mm256_set1_ps(sf[c / gs]);
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
@@ -508,24 +563,10 @@ AI void i4tile(const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int 
             acc[t] = _mm256_fmadd_ps(li, _mm256_mul_ps(sv, _mm256_set1_ps(qx->d[t0 + t][c / 32])), acc[t]);
         }
     }
-    /* bias term: sum_g b[g] * (sum of x over group g), the group sums in xs[t][g] (qx_nibble_order) */
-    __m256 bt[4];
     float bs[4];
+    bias_terms(4, W, o, qx, t0, NT, bs);
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) bt[t] = _mm256_setzero_ps(), bs[t] = 0.0f;
-    int g = 0;
-    for (; g + 8 <= G; g += 8) {
-        __m256 bv = scales8(W->biases, W->sdtype, base + (size_t)g);
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) bt[t] = _mm256_fmadd_ps(bv, _mm256_loadu_ps(qx->xs[t0 + t] + g), bt[t]);
-    }
-    for (; g < G; g++) {
-        float b = scale_at(W->biases, W->sdtype, base + (size_t)g);
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) bs[t] += b * qx->xs[t0 + t][g];
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o] = hsum8(acc[t]) + (hsum8(bt[t]) + bs[t]);
+    for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o] = hsum8(acc[t]) + bs[t];
 }
 #pragma GCC diagnostic pop
 
@@ -539,9 +580,8 @@ static void i4tile_fn(const ink_mat *W, int o, const ink_qx *qx, int t0, float *
     }
 }
 
-/* q of every full 64-element chunk as its even elements, then its odd ones (nib_layout), and xs[t][g]
- * as the sum of x over group g (of gs elements) instead of over 32-block g */
-static void qx_nibble_order(ink_qx *qx, int nt, int k, int gs)
+/* xs[t][g] as the sum of x over group g (of gs elements) instead of over 32-block g (bias_terms) */
+static void qx_group_sums(ink_qx *qx, int nt, int k, int gs)
 {
     for (int t = 0; t < nt; t++)
         for (int g = 0, per = gs / 32; g < k / gs; g++) { /* in place: writes g, reads g * per .. */
@@ -549,6 +589,11 @@ static void qx_nibble_order(ink_qx *qx, int nt, int k, int gs)
             for (int i = 1; i < per; i++) s += qx->xs[t][g * per + i];
             qx->xs[t][g] = s;
         }
+}
+
+/* q of every full 64-element chunk as its even elements, then its odd ones (nib_layout) */
+static void qx_nibble_order(ink_qx *qx, int nt, int k)
+{
     const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     for (int t = 0; t < nt; t++)
@@ -703,7 +748,8 @@ static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y
     for (int t0 = 0; t0 < T; t0 += INK_QX_TILE) {
         int nt = T - t0 < INK_QX_TILE ? T - t0 : INK_QX_TILE;
         ink_qx_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols);
-        if (nib) qx_nibble_order(&qx, nt, W->cols, W->dtype == INK_QT_NVFP4 ? 32 : W->group);
+        if (nib) qx_nibble_order(&qx, nt, W->cols);
+        if (W->dtype == INK_QT_AFFINE) qx_group_sums(&qx, nt, W->cols, W->group);
         for (int o = r0; o < r1; o++)
             for (int t = 0; t < nt; t += 4) f(W, o, &qx, t, y + (size_t)(t0 + t) * ldy, ldy, nt - t < 4 ? nt - t : 4);
     }
