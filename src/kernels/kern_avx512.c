@@ -243,8 +243,9 @@ AI __m512 hsum4x4(const __m512 *v)
  * tail, hsum16), so the bits are the same. */
 #define FROWS_MAXT 16
 AI void frows_nt(const int dt, const uint8_t *w, size_t ldw_, int K, const float *x, size_t ldx, float *y,
-                 size_t ldy, int r, const int NR, const int NT, const int H4)
+                 size_t ldy, int r, const int NR, const int NT, const int H4, int rs)
 {
+    /* the tile's rows are r + i rs (w, ldw_ = rs rows apart) */
     __m512 acc[NRM * NTM];
 #pragma GCC unroll 16
     for (int i = 0; i < NRM * NTM; i++) acc[i] = _mm512_setzero_ps();
@@ -252,14 +253,35 @@ AI void frows_nt(const int dt, const uint8_t *w, size_t ldw_, int K, const float
     if (H4 && NR == NRM) {
         float s[16]; /* through memory: an extract's lane must be an immediate, and -O1 does not unroll */
         _mm512_storeu_ps(s, hsum4x4(acc));
+        if (rs == 1)
 #pragma GCC unroll 4
-        for (int j = 0; j < NT; j++) memcpy(y + (size_t)j * ldy + r, s + 4 * j, 4 * sizeof(float));
+            for (int j = 0; j < NT; j++) memcpy(y + (size_t)j * ldy + r, s + 4 * j, 4 * sizeof(float));
+        else
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; j++)
+#pragma GCC unroll 4
+                for (int i = 0; i < NRM; i++) y[(size_t)j * ldy + r + i * rs] = s[4 * j + i];
     } else
 #pragma GCC unroll 4
         for (int i = 0; i < NR; i++)
 #pragma GCC unroll 4
-            for (int j = 0; j < NT; j++) y[(size_t)j * ldy + r + i] = hsum16(acc[i * NTM + j]);
+            for (int j = 0; j < NT; j++) y[(size_t)j * ldy + r + i * rs] = hsum16(acc[i * NTM + j]);
 }
+
+/* The row tiles of rows r0 .. r1 - 1, NRM rows Q = ceil(n / NRM) apart (tile i: rows r0 + i + k Q), so
+ * that each of a tile's NRM streams reads consecutive rows tile after tile: long sequential streams
+ * for the prefetchers instead of NRM rows of one row's length, then a jump (from DRAM, one thread:
+ * 8 -> 14 GB/s on the int8 path). A tile with fewer than NRM valid rows runs them one at a time. */
+#define SPREAD_TILES(r0, r1, FULL, ONE)                                                                           \
+    {                                                                                                             \
+        int Q_ = ((r1) - (r0) + NRM - 1) / NRM;                                                                   \
+        for (int i_ = 0; i_ < Q_; i_++) {                                                                         \
+            int o_ = (r0) + i_;                                                                                   \
+            if (o_ + (NRM - 1) * Q_ < (r1)) FULL(o_, Q_);                                                         \
+            else                                                                                                  \
+                for (int k_ = 0; o_ + k_ * Q_ < (r1); k_++) ONE(o_ + k_ * Q_);                                    \
+        }                                                                                                         \
+    }
 
 /* T <= NTM: one tile width for the whole call (the switch outside the row loop keeps each loop to one
  * inlined tile, which the compiler schedules well: a switch per tile halved the T = 4 rate). */
@@ -268,24 +290,27 @@ AI void frows_t(const int dt, const ink_mat *W, const float *x, size_t ldx, floa
 {
     const size_t es = dt == INK_DT_F32 ? 4 : 2, ldw_ = W->stride;
     const uint8_t *base = (const uint8_t *)W->data;
-    int K = W->cols, r = r0;
-    for (; r + NRM <= r1; r += NRM) frows_nt(dt, base + (size_t)r * ldw_ * es, ldw_, K, x, ldx, y, ldy, r, NRM, NT, NT >= 3);
-    for (; r < r1; r++) frows_nt(dt, base + (size_t)r * ldw_ * es, ldw_, K, x, ldx, y, ldy, r, 1, NT, 0);
+    int K = W->cols;
+#define FT_FULL(o, q) frows_nt(dt, base + (size_t)(o) * ldw_ * es, ldw_ * (size_t)(q), K, x, ldx, y, ldy, o, NRM, NT, NT >= 3, q)
+#define FT_ONE(o) frows_nt(dt, base + (size_t)(o) * ldw_ * es, ldw_, K, x, ldx, y, ldy, o, 1, NT, 0, 1)
+    SPREAD_TILES(r0, r1, FT_FULL, FT_ONE)
+#undef FT_FULL
+#undef FT_ONE
 }
 
 /* NTM < T <= FROWS_MAXT: per row tile, passes of NTM tokens, then the rest. */
 AI void frows_wide(const int dt, const ink_mat *W, const float *x, size_t ldx, float *y, size_t ldy, int r0, int T,
-                   const int NR)
+                   const int NR, int rs)
 {
-    const size_t es = dt == INK_DT_F32 ? 4 : 2, ldw_ = W->stride;
-    const uint8_t *w = (const uint8_t *)W->data + (size_t)r0 * ldw_ * es;
+    const size_t es = dt == INK_DT_F32 ? 4 : 2, ldw_ = W->stride * (size_t)rs;
+    const uint8_t *w = (const uint8_t *)W->data + (size_t)r0 * W->stride * es;
     int K = W->cols, t = 0;
     for (; t + NTM <= T; t += NTM)
-        frows_nt(dt, w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, NTM, 1);
+        frows_nt(dt, w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, NTM, 1, rs);
     switch (T - t) {
-    case 1: frows_nt(dt, w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, 1, 1); break;
-    case 2: frows_nt(dt, w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, 2, 1); break;
-    case 3: frows_nt(dt, w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, 3, 1); break;
+    case 1: frows_nt(dt, w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, 1, 1, rs); break;
+    case 2: frows_nt(dt, w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, 2, 1, rs); break;
+    case 3: frows_nt(dt, w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, 3, 1, rs); break;
     default: break;
     }
 }
@@ -293,6 +318,8 @@ AI void frows_wide(const int dt, const ink_mat *W, const float *x, size_t ldx, f
 /* One function per (view type, T <= NTM) and one per view type for T > NTM, so that each loop gets
  * its own register allocation (all of them in one function spilled accumulators to the stack and
  * halved the T = 4 rate). */
+#define FW_FULL(o, q) frows_wide(dt_, W, x, ldx, y, ldy, o, T, NRM, q)
+#define FW_ONE(o) frows_wide(dt_, W, x, ldx, y, ldy, o, T, 1, 1)
 #define FROWS_FNS(NAME, DT)                                                                                        \
     static __attribute__((noinline)) void NAME##_1(const ink_mat *W, const float *x, size_t ldx, float *y,        \
                                                    size_t ldy, int r0, int r1)                                    \
@@ -317,9 +344,8 @@ AI void frows_wide(const int dt, const ink_mat *W, const float *x, size_t ldx, f
     static __attribute__((noinline)) void NAME##_w(const ink_mat *W, const float *x, size_t ldx, float *y,        \
                                                    size_t ldy, int r0, int r1, int T)                             \
     {                                                                                                             \
-        int r = r0;                                                                                               \
-        for (; r + NRM <= r1; r += NRM) frows_wide(DT, W, x, ldx, y, ldy, r, T, NRM);                            \
-        for (; r < r1; r++) frows_wide(DT, W, x, ldx, y, ldy, r, T, 1); /* the last 1-3 rows */                   \
+        const int dt_ = DT;                                                                                       \
+        SPREAD_TILES(r0, r1, FW_FULL, FW_ONE)                                                                     \
     }                                                                                                             \
     static void NAME(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)         \
     {                                                                                                             \
@@ -699,9 +725,13 @@ AI __m512 nv_scales16(const ink_mat *W, int o, int i, int n)
  * The tile's scales are converted to f32 once, before the reduction loop (affine: one per group;
  * NVFP4: e4m3 / 2 per 16 inputs), so a step reads its scales with a broadcast instead of a scalar
  * conversion and an integer division per row (the same values as step_scale / step_scale_nv). */
-AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0, float *y, int ldy, const int NR,
+AI void i8tile(const int bits, const ink_mat *W, int o0, int rs, const qx512 *qx, int t0, float *y, int ldy, const int NR,
                const int NT)
 {
+    /* rows o0 + r rs: rs > 1 spreads the tile's rows over the range (rows_int8), so each of its NR
+     * streams reads consecutive rows tile after tile; the prefetch goes to the row the next tile
+     * reads in the same stream */
+    size_t pfd = rs == 1 ? (size_t)NR * W->stride : W->stride;
     int K = W->cols, gs = W->group;
     __m512 a[NRM][NTM];
     const uint8_t *row[NRM];
@@ -709,15 +739,15 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
     int pow2 = bits && gs > 0 && !(gs & (gs - 1)), gsh = pow2 ? __builtin_ctz((unsigned)gs) : 0;
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
-        row[r] = (const uint8_t *)W->data + (size_t)(o0 + r) * W->stride;
+        row[r] = (const uint8_t *)W->data + (size_t)(o0 + r * rs) * W->stride;
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) a[r][t] = _mm512_setzero_ps();
         if (bits) {
-            size_t base = (size_t)(o0 + r) * W->sstride;
+            size_t base = (size_t)(o0 + r * rs) * W->sstride;
             int G = (K + gs - 1) / gs;
             for (int g = 0; g < G; g += 16) _mm512_storeu_ps(sf[r] + g, scales16(W->scales, W->sdtype, base + (size_t)g, G - g));
         } else
-            for (int i = 0; i < K / 16; i += 16) _mm512_storeu_ps(sf[r] + i, nv_scales16(W, o0 + r, i, K / 16 - i));
+            for (int i = 0; i < K / 16; i += 16) _mm512_storeu_ps(sf[r] + i, nv_scales16(W, o0 + r * rs, i, K / 16 - i));
     }
     __m512i perm = _mm512_setzero_si512(), ctrl = _mm512_setzero_si512();
     if (bits != 0 && bits != 4 && bits != 8) codes64_consts(bits, &perm, &ctrl);
@@ -732,7 +762,7 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
         _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++)                                                       \
         {                                                                                                          \
             const int wb = bits ? bits : 4;                                                                        \
-            if ((c * wb / 8) % 64 == 0) pf_tile(row[r] + (size_t)c * wb / 8, (size_t)NR * W->stride);               \
+            if ((c * wb / 8) % 64 == 0) pf_tile(row[r] + (size_t)c * wb / 8, pfd);               \
             code[r] = codes64(bits, row[r], c, n, perm, ctrl);                                                     \
             if (!bits) sv[r] = _mm512_permutexvar_ps(nvidx, _mm512_castps128_ps512(_mm_loadu_ps(sf[r] + c / 16))); \
             else if (g0 == g1) sv[r] = _mm512_set1_ps(sf[r][g0]);                                                  \
@@ -771,7 +801,7 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
             __m512 sv[NRM];
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
-                pf_tile(row[r] + (size_t)c / 2, (size_t)NR * W->stride);
+                pf_tile(row[r] + (size_t)c / 2, pfd);
                 __m512i v = _mm512_loadu_si512(row[r] + (size_t)c / 2);
                 lo[r] = _mm512_and_si512(v, m4);
                 hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
@@ -803,14 +833,14 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o0 + r] = hsum16(a[r][t]) * W->gscale;
+            for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o0 + r * rs] = hsum16(a[r][t]) * W->gscale;
         return;
     }
     /* bias term: sum_g b[g] * sum(x over g), 16 groups at a time */
     int G = K / W->group;
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
-        size_t base = (size_t)(o0 + r) * W->sstride;
+        size_t base = (size_t)(o0 + r * rs) * W->sstride;
         __m512 bt[NTM];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) bt[t] = _mm512_setzero_ps();
@@ -821,22 +851,22 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, const qx512 *qx, int t0
             for (int t = 0; t < NT; t++) bt[t] = _mm512_fmadd_ps(bv, _mm512_loadu_ps(qx->xs[t0 + t] + g), bt[t]);
         }
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o0 + r] = hsum16(a[r][t]) + hsum16(bt[t]);
+        for (int t = 0; t < NT; t++) y[(size_t)t * ldy + o0 + r * rs] = hsum16(a[r][t]) + hsum16(bt[t]);
     }
 }
 
 #define I8_FN(B)                                                                                                  \
-    static void i8tile_##B(const ink_mat *W, int o0, const qx512 *qx, int t0, float *y, int ldy, int nr, int nt) \
+    static void i8tile_##B(const ink_mat *W, int o0, int rs, const qx512 *qx, int t0, float *y, int ldy, int nr, int nt) \
     {                                                                                                             \
         TILE_CASES(I8C_##B)                                                                                       \
     }
-#define I8C_0(NR_, NT_) i8tile(0, W, o0, qx, t0, y, ldy, NR_, NT_)
-#define I8C_2(NR_, NT_) i8tile(2, W, o0, qx, t0, y, ldy, NR_, NT_)
-#define I8C_3(NR_, NT_) i8tile(3, W, o0, qx, t0, y, ldy, NR_, NT_)
-#define I8C_4(NR_, NT_) i8tile(4, W, o0, qx, t0, y, ldy, NR_, NT_)
-#define I8C_5(NR_, NT_) i8tile(5, W, o0, qx, t0, y, ldy, NR_, NT_)
-#define I8C_6(NR_, NT_) i8tile(6, W, o0, qx, t0, y, ldy, NR_, NT_)
-#define I8C_8(NR_, NT_) i8tile(8, W, o0, qx, t0, y, ldy, NR_, NT_)
+#define I8C_0(NR_, NT_) i8tile(0, W, o0, rs, qx, t0, y, ldy, NR_, NT_)
+#define I8C_2(NR_, NT_) i8tile(2, W, o0, rs, qx, t0, y, ldy, NR_, NT_)
+#define I8C_3(NR_, NT_) i8tile(3, W, o0, rs, qx, t0, y, ldy, NR_, NT_)
+#define I8C_4(NR_, NT_) i8tile(4, W, o0, rs, qx, t0, y, ldy, NR_, NT_)
+#define I8C_5(NR_, NT_) i8tile(5, W, o0, rs, qx, t0, y, ldy, NR_, NT_)
+#define I8C_6(NR_, NT_) i8tile(6, W, o0, rs, qx, t0, y, ldy, NR_, NT_)
+#define I8C_8(NR_, NT_) i8tile(8, W, o0, rs, qx, t0, y, ldy, NR_, NT_)
 I8_FN(0)
 I8_FN(2)
 I8_FN(3)
@@ -848,7 +878,7 @@ I8_FN(8)
 static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)
 {
     qx512 qx; /* ~580 KiB on the stack: no allocation on the hot path */
-    void (*f)(const ink_mat *, int, const qx512 *, int, float *, int, int, int);
+    void (*f)(const ink_mat *, int, int, const qx512 *, int, float *, int, int, int);
     switch (W->dtype == INK_QT_NVFP4 ? 0 : W->bits) {
     case 0: f = i8tile_0; break;
     case 2: f = i8tile_2; break;
@@ -861,10 +891,14 @@ static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y
     for (int t0 = 0; t0 < T; t0 += INK_QX_TILE) {
         int nt = T - t0 < INK_QX_TILE ? T - t0 : INK_QX_TILE;
         qx512_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols, W->dtype == INK_QT_NVFP4 ? 32 : W->group, nib_layout(W));
-        for (int o = r0; o < r1; o += NRM) {
-            int nr = r1 - o < NRM ? r1 - o : NRM;
+        /* a tile's NRM rows are Q apart (Q = the range / NRM, rounded up): NRM long sequential streams
+         * instead of NRM rows of one row's length each, then a jump */
+        int Q = (r1 - r0 + NRM - 1) / NRM;
+        for (int i = 0; i < Q; i++) {
+            int o = r0 + i, nr = 0;
+            while (nr < NRM && o + nr * Q < r1) nr++;
             for (int t = 0; t < nt; t += NTM)
-                f(W, o, &qx, t, y + (size_t)(t0 + t) * ldy, ldy, nr, nt - t < NTM ? nt - t : NTM);
+                f(W, o, Q, &qx, t, y + (size_t)(t0 + t) * ldy, ldy, nr, nt - t < NTM ? nt - t : NTM);
         }
     }
 }
