@@ -329,6 +329,32 @@ static void avx2_rows(const ink_mat *W, const float *x, int ldx, int T, float *y
         W->dtype == INK_DT_F32 ? ftile_f32 : W->dtype == INK_DT_BF16 ? ftile_bf16 : ftile_f16;
     size_t es = W->dtype == INK_DT_F32 ? 4 : 2;
     int big = T > 16;
+    if (!quant && !big) {
+        /* float views at decode / verify widths: a tile's TR rows are Q = ceil(rows / TR) apart, so
+         * each of its streams reads consecutive rows tile after tile (long sequential streams, as
+         * in the AVX-512 set); per-row arithmetic as below */
+        int Q = (r1 - r0 + TR - 1) / TR;
+        for (int i = 0; i < Q; i++) {
+            int o = r0 + i, nr = 0;
+            while (nr < TR && o + nr * Q < r1) nr++;
+            for (int t = 0; t < T; t += TT) {
+                int nt = T - t < TT ? T - t : TT;
+                __m256 acc[16];
+                for (int j = 0; j < 16; j++) acc[j] = _mm256_setzero_ps();
+                if (K8 > 0)
+                    ff((const uint8_t *)W->data + (size_t)o * W->stride * es, W->stride * (size_t)Q, x + (size_t)t * ldx,
+                       (size_t)ldx, 0, K8, acc, nr, nt);
+                for (int r = 0; r < nr; r++)
+                    for (int j = 0; j < nt; j++) {
+                        const float *xt = x + (size_t)(t + j) * ldx;
+                        float v = hsum8(acc[r * 4 + j]);
+                        if (K8 < K) v += tail_dot(W, o + r * Q, xt, K8);
+                        y[(size_t)(t + j) * ldy + o + r * Q] = v;
+                    }
+            }
+        }
+        return;
+    }
     int kc = big ? KC : K8, rblk = big ? RBLK : r1 - r0, tblk = big ? TBLK : T;
     __m256 buf[RBLK / 2][TBLK / 3][16]; /* big: lane accumulators of a [RBLK x TBLK] block, per tile */
     for (int tb = 0; tb < T; tb += tblk) {
