@@ -329,7 +329,7 @@ static void avx2_rows(const ink_mat *W, const float *x, int ldx, int T, float *y
         W->dtype == INK_DT_F32 ? ftile_f32 : W->dtype == INK_DT_BF16 ? ftile_bf16 : ftile_f16;
     size_t es = W->dtype == INK_DT_F32 ? 4 : 2;
     int big = T > 16;
-    if (!quant && !big) {
+    if (!quant && !big && W->stride * es >= 1024) { /* rows of 1 KiB and more (shorter: one stream already) */
         /* float views at decode / verify widths: a tile's TR rows are Q = ceil(rows / TR) apart, so
          * each of its streams reads consecutive rows tile after tile (long sequential streams, as
          * in the AVX-512 set); per-row arithmetic as below */

@@ -268,18 +268,22 @@ AI void frows_nt(const int dt, const uint8_t *w, size_t ldw_, int K, const float
             for (int j = 0; j < NT; j++) y[(size_t)j * ldy + r + i * rs] = hsum16(acc[i * NTM + j]);
 }
 
-/* The row tiles of rows r0 .. r1 - 1, NRM rows Q = ceil(n / NRM) apart (tile i: rows r0 + i + k Q), so
+/* The row tiles of rows r0 .. r1 - 1: with rows of 1 KiB and more (SPREAD_ROWS), NRM rows Q = ceil(n / NRM)
+ * apart (tile i: rows r0 + i + k Q), so
  * that each of a tile's NRM streams reads consecutive rows tile after tile: long sequential streams
  * for the prefetchers instead of NRM rows of one row's length, then a jump (from DRAM, one thread:
- * 8 -> 14 GB/s on the int8 path). A tile with fewer than NRM valid rows runs them one at a time. */
+ * 8 -> 14 GB/s on the int8 path); shorter rows keep consecutive tiles (one stream already; spread, a
+ * 4096 x 256 q4 matrix lost 10-20 %). A tile with fewer than NRM valid rows runs them one at a time. */
+#define SPREAD_ROWS(W) ((W)->stride * (size_t)((W)->dtype == INK_DT_F32 ? 4 : (W)->dtype == INK_DT_BF16 || (W)->dtype == INK_DT_F16 ? 2 : 1) >= 1024)
 #define SPREAD_TILES(r0, r1, FULL, ONE)                                                                           \
     {                                                                                                             \
-        int Q_ = ((r1) - (r0) + NRM - 1) / NRM;                                                                   \
-        for (int i_ = 0; i_ < Q_; i_++) {                                                                         \
-            int o_ = (r0) + i_;                                                                                   \
+        int sp_ = SPREAD_ROWS(W), n_ = (r1) - (r0);                                                               \
+        int Q_ = sp_ ? (n_ + NRM - 1) / NRM : 1, cnt_ = sp_ ? Q_ : (n_ + NRM - 1) / NRM;                          \
+        for (int i_ = 0; i_ < cnt_; i_++) {                                                                       \
+            int o_ = (r0) + (sp_ ? i_ : i_ * NRM);                                                                \
             if (o_ + (NRM - 1) * Q_ < (r1)) FULL(o_, Q_);                                                         \
             else                                                                                                  \
-                for (int k_ = 0; o_ + k_ * Q_ < (r1); k_++) ONE(o_ + k_ * Q_);                                    \
+                for (int k_ = 0; k_ < NRM && o_ + k_ * Q_ < (r1); k_++) ONE(o_ + k_ * Q_);                        \
         }                                                                                                         \
     }
 
@@ -585,8 +589,11 @@ typedef struct qx512 {
 } qx512;
 
 /* whether W's int8 path uses the nibble layout (qx512 above; i8tile's 128-element steps) */
+#define NIB_MINK 512 /* shorter rows keep the 64-steps: with 2-4 chunks a row, the layout's per-tile set-up
+                       * cost more than it saved (1024 x 256 q4, 2 threads: 11.3 -> 9.4 GB/s with it) */
 static inline int nib_layout(const ink_mat *W)
 {
+    if (W->cols < NIB_MINK) return 0;
     if (W->dtype == INK_QT_NVFP4) return 1;
     return W->bits == 4 && W->group >= 8 && !(W->group & (W->group - 1));
 }
@@ -788,13 +795,13 @@ AI void i8tile(const int bits, const ink_mat *W, int o0, int rs, const qx512 *qx
     }
     int c = 0;
     /* nibble layout (qx512): 128 elements per step, two dot products per row into the same lanes */
-    if (bits == 0 || (bits == 4 && pow2 && gs >= 8)) {
+    if (K >= NIB_MINK && (bits == 0 || (bits == 4 && pow2 && gs >= 8))) {
         const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
         const __m512i m4 = _mm512_set1_epi8(15);
         /* the scale of lane l: group (c + 8l) / gs (affine), block (c + 8l) / 16 (NVFP4) */
         int sh = bits ? gsh : 4, nsc = bits ? (gs >= 128 ? 1 : 128 / gs) : 8;
-        __m512i sidx = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                            _mm512_set1_epi32(8)), (unsigned)sh);
+        __m512i sidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120),
+                                         (unsigned)sh);
         __mmask16 smask = (__mmask16)((1u << nsc) - 1);
         for (; c + 128 <= K; c += 128) {
             __m512i lo[NRM], hi[NRM];
@@ -893,8 +900,8 @@ static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y
         qx512_fill(&qx, x + (size_t)t0 * ldx, ldx, nt, W->cols, W->dtype == INK_QT_NVFP4 ? 32 : W->group, nib_layout(W));
         /* a tile's NRM rows are Q apart (Q = the range / NRM, rounded up): NRM long sequential streams
          * instead of NRM rows of one row's length each, then a jump */
-        int Q = (r1 - r0 + NRM - 1) / NRM;
-        for (int i = 0; i < Q; i++) {
+        int Q = SPREAD_ROWS(W) ? (r1 - r0 + NRM - 1) / NRM : 1;
+        for (int i = 0; i < (Q > 1 ? Q : r1 - r0); i += Q > 1 ? 1 : NRM) {
             int o = r0 + i, nr = 0;
             while (nr < NRM && o + nr * Q < r1) nr++;
             for (int t = 0; t < nt; t += NTM)
