@@ -221,9 +221,11 @@ static void test_int8_path(void **state)
     check_kind(INK_QT_AFFINE, 4, 128, 130, 1024, 1);
     check_kind(INK_QT_AFFINE, 8, 32, 11, 96, 1);  /* cols % 64 == 32: a half step at the end */
     check_kind(INK_QT_AFFINE, 4, 32, 13, 160, 1);
-    check_kind(INK_QT_AFFINE, 4, 64, 9, 576, 1);  /* AVX-512 nibble layout (K >= 512): four 128-chunks, then a 64 step */
+    check_kind(INK_QT_AFFINE, 4, 64, 9, 576, 1);  /* AVX-512 nibble layout: four 128-chunks, then a 64 step */
     check_kind(INK_QT_AFFINE, 4, 32, 5, 544, 1);  /* four 128-chunks and a 32 tail */
     check_kind(INK_QT_NVFP4, 4, 16, 7, 544, 1);   /* four 128-chunks and a 32 tail */
+    check_kind(INK_QT_AFFINE, 4, 64, 9, 448, 1);  /* three 128-chunks, then a 64 step */
+    check_kind(INK_QT_NVFP4, 4, 16, 7, 416, 1);   /* three 128-chunks and a 32 tail */
     int bits[] = {2, 3, 5, 6}, gss[] = {32, 64, 128};
     for (int b = 0; b < 4; b++)
         for (int g = 0; g < 3; g++) check_kind(INK_QT_AFFINE, bits[b], gss[g], 23 + b, 2 * gss[g] + 32 * (g == 0), 1);

@@ -589,8 +589,10 @@ typedef struct qx512 {
 } qx512;
 
 /* whether W's int8 path uses the nibble layout (qx512 above; i8tile's 128-element steps) */
-#define NIB_MINK 512 /* shorter rows keep the 64-steps: with 2-4 chunks a row, the layout's per-tile set-up
-                       * cost more than it saved (1024 x 256 q4, 2 threads: 11.3 -> 9.4 GB/s with it) */
+#define NIB_MINK 128 /* every row with a full chunk. Not 512, although rows of 2-4 chunks ran faster on the
+                       * 64-steps (1024 x 256 q4, 2 threads: 11.3 GB/s without the layout, 9.4 with): a row's
+                       * result must not depend on its length, or a twin (tools/twin.py: the same rows with
+                       * zero columns appended) computes other numbers than its model (test_twin) */
 static inline int nib_layout(const ink_mat *W)
 {
     if (W->cols < NIB_MINK) return 0;
