@@ -378,7 +378,10 @@ static void run_pooled(ink_pool *p, int n, int grain, int nch, ink_range_fn fn, 
     atomic_store_explicit(&p->n_chunks, nch, memory_order_relaxed);
     atomic_store_explicit(&p->ndone, 0, memory_order_relaxed);
     g++;
-    atomic_store(&p->state, (uint64_t)g << 32); /* seq_cst: publishes the job; pairs with `sleepers` */
+    /* publishes the job; pairs with `sleepers`. An exchange, not a store: a read-modify-write is a
+     * full barrier everywhere, while a seq_cst store then load (stlr; ldar on aarch64) is not under
+     * qemu-user on an x86 host, which let the load of `sleepers` pass the store */
+    atomic_exchange(&p->state, (uint64_t)g << 32);
     if (atomic_load(&p->sleepers)) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->go);
@@ -393,8 +396,17 @@ static void run_pooled(ink_pool *p, int n, int grain, int nch, ink_range_fn fn, 
             if (atomic_load_explicit(&p->ndone, memory_order_acquire) == nch) break;
             if (spins % 128 == 0 && now_ns() - t1 > SPIN_NS) {
                 pthread_mutex_lock(&p->mu);
-                atomic_store(&p->waiting, 1);
-                while (atomic_load(&p->ndone) != nch) pthread_cond_wait(&p->done, &p->mu);
+                atomic_exchange(&p->waiting, 1); /* (an exchange: see the publication above) */
+                /* bounded waits: were a wake-up ever lost (the pattern above relies on the memory
+                 * order of the machine or emulator), the caller finds the job done 2 ms later
+                 * instead of sleeping forever (a qemu-user run of test_pool once hung here) */
+                while (atomic_load(&p->ndone) != nch) {
+                    struct timespec ts;
+                    clock_gettime(CLOCK_REALTIME, &ts);
+                    ts.tv_nsec += 2000000;
+                    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+                    pthread_cond_timedwait(&p->done, &p->mu, &ts);
+                }
                 atomic_store(&p->waiting, 0);
                 pthread_mutex_unlock(&p->mu);
                 break;
