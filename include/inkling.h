@@ -252,6 +252,13 @@ enum ink_mtp_mode {
  * saying so) when the directory holds no model.mtp.layers.* tensors at all: a model without a head,
  * not a broken one. */
 int ink_drafter_open(ink_drafter **out, ink_model *target, const char *dir, ink_err *err);
+/* A second drafter on src's weights and draft vocabulary (views, nothing copied or re-read), with
+ * caches of its own: one per concurrent sequence (a server's slots). Drafters that share weights
+ * draft together when their generators are stepped by ink_gen_step_many (one pass over each depth's
+ * weights and the unembedding for all of them). src (and the drafter it shares, if any) must outlive
+ * it and keep its draft vocabulary; ink_drafter_set_vocab on a shared drafter is refused. Caller
+ * frees with ink_drafter_free (which leaves the weights to their owner). */
+int ink_drafter_share(ink_drafter **out, const ink_drafter *src, ink_err *err);
 void ink_drafter_free(ink_drafter *d);
 int ink_drafter_n_depth(const ink_drafter *d);
 /* Draft vocabulary: the drafter proposes only the tokens ids[0..n) (n = 0: the whole vocabulary).

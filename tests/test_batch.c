@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "draft/mtp.h"
 #include "model/model.h"
 #include "support/ckpt.h"
 #include "support/util.h"
@@ -185,6 +186,135 @@ static void test_generators_batched_equal_alone(void **state)
     ink_model_free(m);
 }
 
+/* Batched drafting across generators (issue 18): drafters made by ink_drafter_share draft together
+ * inside ink_gen_step_many (one pass over each depth and the unembedding for every generator).
+ * Each generator's rounds (drafts, their margins bit for bit, widths, acceptance) and tokens equal
+ * those of the same generator run alone with a drafter of its own: mode P at fixed widths 2..4,
+ * and auto K with the width chosen per round by a deterministic hook (so depths go dormant, wake
+ * and catch up at different rounds in different generators); greedy and sampled; the whole
+ * vocabulary and a draft vocabulary; float and 4-bit (int8 activations) checkpoints. */
+typedef struct round_log {
+    uint64_t h;
+    int salt, rounds;
+} round_log;
+
+static void hmix(uint64_t *h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) *h = (*h ^ b[i]) * 1099511628211ull;
+}
+
+static void log_round(void *ud, const ink_round *r)
+{
+    round_log *l = ud;
+    hmix(&l->h, &r->n, sizeof r->n), hmix(&l->h, &r->k_eff, sizeof r->k_eff), hmix(&l->h, &r->a, sizeof r->a);
+    hmix(&l->h, r->drafts, (size_t)r->n_drafts * sizeof *r->drafts);
+    hmix(&l->h, r->draft_margins, (size_t)r->n_drafts * sizeof *r->draft_margins);
+    hmix(&l->h, r->emitted, (size_t)r->n_emitted * sizeof *r->emitted);
+    l->rounds++;
+}
+
+static int pick_width(void *ud, int round, int k_max)
+{
+    const round_log *l = ud;
+    int cycle[] = {4, 4, 1, 2, 4, 3, 1, 1, 1, 4, 2};
+    return 1 + (cycle[(round + l->salt) % 11] - 1) % k_max;
+}
+
+static void run_shared_drafting(int quant)
+{
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.mtp_depth = 3, sp.n_mtp_local = 1, sp.mtp_file = 1;
+    if (quant) sp.qbits = 4, sp.qgroup = 32;
+    char dir[256];
+    assert_int_equal(tu_tmpdir(dir, sizeof dir, quant ? "batch_share_q4" : "batch_share"), 0);
+    assert_int_equal(tiny_write(dir, &sp), 0);
+    ink_model *m = NULL;
+    ink_err e = {0};
+    ink_model_opts mo = {.n_threads = 2};
+    assert_int_equal(ink_model_open(&m, dir, &mo, &e), 0);
+    enum { G = 5, N = 48 };
+    int V = ink_model_n_vocab(m);
+    ink_session *s[G], *f;
+    ink_gen *g[G];
+    assert_int_equal(ink_session_create(&f, m, 512, &e), 0);
+    for (int i = 0; i < G; i++) {
+        assert_int_equal(ink_session_create(&s[i], m, 512, &e), 0);
+        assert_int_equal(ink_gen_create(&g[i], s[i], &e), 0);
+    }
+    ink_batch *bt;
+    assert_int_equal(ink_batch_create(&bt, m, G * 8, 512, &e), 0);
+    int32_t vocab[4096];
+    int nv = V / 2;
+    for (int i = 0; i < nv; i++) vocab[i] = 2 * i + 1;
+    for (int pass = 0; pass < 4; pass++) {
+        int temp = pass & 1, vpass = pass >> 1;
+        ink_drafter *d[G], *alone;
+        e = (ink_err){0};
+        if (ink_drafter_open(&d[0], m, dir, &e)) fail_msg("%s", e.msg);
+        assert_int_equal(ink_drafter_open(&alone, m, dir, &e), 0);
+        if (vpass) {
+            assert_int_equal(ink_drafter_set_vocab(d[0], vocab, nv, &e), 0);
+            assert_int_equal(ink_drafter_set_vocab(alone, vocab, nv, &e), 0);
+        }
+        for (int i = 1; i < G; i++) assert_int_equal(ink_drafter_share(&d[i], d[i == 4 ? 2 : 0], &e), 0);
+        /* a shared drafter keeps its source's vocabulary */
+        e = (ink_err){0};
+        assert_int_equal(ink_drafter_set_vocab(d[1], vocab, 4, &e), INK_E_INVAL);
+        assert_non_null(strstr(e.msg, "shares"));
+        ink_gen_opts o[G];
+        round_log lg[G];
+        int32_t p[G][30], out[G][N], ref[N];
+        int P[G];
+        for (int i = 0; i < G; i++) {
+            P[i] = 6 + 5 * i;
+            for (int t = 0; t < P[i]; t++) p[i][t] = rnd(V - 8);
+            lg[i] = (round_log){1469598103934665603ull, 3 * i, 0};
+            o[i] = (ink_gen_opts){.max_tokens = N, .sampling = {.temp = temp ? 0.8f : 0, .top_p = 1, .seed = 21 + i}};
+            o[i].drafter = d[i];
+            o[i].block_size = i == 0 ? 2 : i == 1 ? 3 : i == 2 ? 4 : 0; /* 3, 4: auto, widths by the hook */
+            if (!o[i].block_size) o[i].choose_block = pick_width;
+            o[i].capture_commit = i % 2;
+            o[i].on_round = log_round, o[i].ud = &lg[i];
+            assert_int_equal(ink_gen_begin(g[i], p[i], P[i], &o[i], out[i], N, NULL, &e), 0);
+            int rc;
+            while ((rc = ink_gen_prefill(g[i], 0, &e)) == 1) {}
+            assert_int_equal(rc, 0);
+        }
+        ink_err errs[G];
+        memset(errs, 0, sizeof errs);
+        while (ink_gen_step_many(bt, g, G, 0, errs) > 0) {}
+        for (int i = 0; i < G; i++)
+            if (errs[i].code) fail_msg("pass %d, generator %d: %s", pass, i, errs[i].msg);
+        for (int i = 0; i < G; i++) {
+            int n_out = ink_gen_n_out(g[i]);
+            assert_int_equal(ink_gen_finish(g[i]), 0);
+            if (i) assert_true(ink_drafter_can_batch(d[i], d[0])); /* they did draft together */
+            round_log batched = lg[i];
+            lg[i] = (round_log){1469598103934665603ull, 3 * i, 0};
+            o[i].drafter = alone;
+            int nr;
+            assert_int_equal(ink_generate(f, p[i], P[i], &o[i], ref, N, &nr, NULL, &e), 0);
+            assert_int_equal(n_out, nr);
+            assert_memory_equal(out[i], ref, (size_t)nr * sizeof(int32_t));
+            assert_true(batched.rounds > 4);
+            assert_int_equal(batched.rounds, lg[i].rounds);
+            if (batched.h != lg[i].h) fail_msg("pass %d, generator %d: rounds differ batched vs alone", pass, i);
+        }
+        assert_false(ink_drafter_can_batch(alone, d[0]));
+        for (int i = G - 1; i >= 0; i--) ink_drafter_free(d[i]);
+        ink_drafter_free(alone);
+    }
+    ink_batch_free(bt);
+    for (int i = 0; i < G; i++) ink_gen_free(g[i]), ink_session_free(s[i]);
+    ink_session_free(f);
+    ink_model_free(m);
+}
+
+static void test_shared_drafters_batched_f32(void **state) { (void)state; run_shared_drafting(0); }
+static void test_shared_drafters_batched_q4(void **state) { (void)state; run_shared_drafting(1); }
+
 static void test_batch_f32_one_thread(void **state) { (void)state; run_mix(0, 1); }
 static void test_batch_f32_two_threads(void **state) { (void)state; run_mix(0, 2); }
 static void test_batch_q4_int8_activations(void **state) { (void)state; run_mix(1, 2); }
@@ -196,6 +326,8 @@ int main(void)
         cmocka_unit_test(test_batch_f32_two_threads),
         cmocka_unit_test(test_batch_q4_int8_activations),
         cmocka_unit_test(test_generators_batched_equal_alone),
+        cmocka_unit_test(test_shared_drafters_batched_f32),
+        cmocka_unit_test(test_shared_drafters_batched_q4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

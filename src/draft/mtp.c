@@ -18,6 +18,8 @@ typedef struct ink_depth {
 
 struct ink_drafter {
     ink_model *target;
+    const ink_drafter *owner;        /* ink_drafter_share: whose weights and draft vocabulary these
+                                        are (borrowed, read-only); NULL: this drafter owns them */
     ink_config cfg;                  /* the drafter directory's config.json */
     ink_weights w;                   /* its MTP tensors; views on f32 activations (act_int8 0, as always) */
     int D;
@@ -34,6 +36,7 @@ struct ink_drafter {
     ink_mat vhead;                   /* views vocab_mem */
     void *vocab_mem;
     float *vlog;                     /* [n_vocab] */
+    float *blog;                     /* [INK_DRAFT_ROWS][max(Vu, n_vocab)]: ink_draft_logits_many */
 };
 
 
@@ -49,8 +52,11 @@ void ink_drafter_free(ink_drafter *d)
     ink_scratch_free(&d->sc);
     free(d->in2);
     free(d->tmp);
-    free(d->vocab_ids), free(d->vocab_mem), free(d->vlog);
-    ink_weights_free(&d->w);
+    free(d->vlog), free(d->blog);
+    if (!d->owner) {
+        free(d->vocab_ids), free(d->vocab_mem);
+        ink_weights_free(&d->w);
+    }
     free(d);
 }
 
@@ -136,6 +142,33 @@ fail:
     return rc;
 }
 
+int ink_drafter_share(ink_drafter **out, const ink_drafter *src, ink_err *err)
+{
+    ink_drafter *d = malloc(sizeof *d);
+    if (!d) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    *d = *src; /* weights, config, draft vocabulary: views on src's (or src's owner's) */
+    d->owner = src->owner ? src->owner : src;
+    for (int m = 0; m < INK_MAX_DEPTH; m++) {
+        memset(&d->d[m].cache, 0, sizeof d->d[m].cache);
+        d->d[m].conv_save = NULL;
+    }
+    d->n_ctx = 0;
+    memset(&d->sc, 0, sizeof d->sc);
+    d->in2 = d->tmp = d->vlog = d->blog = NULL;
+    if (d->n_vocab && !(d->vlog = malloc((size_t)d->n_vocab * sizeof(float)))) {
+        free(d);
+        return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    }
+    *out = d;
+    return INK_OK;
+}
+
+int ink_drafter_can_batch(const ink_drafter *a, const ink_drafter *b)
+{
+    const ink_drafter *oa = a->owner ? a->owner : a, *ob = b->owner ? b->owner : b;
+    return oa == ob && a->n_ctx == b->n_ctx && a->n_ctx > 0;
+}
+
 int ink_drafter_prepare(ink_drafter *d, int n_ctx, ink_err *err)
 {
     if (d->n_ctx == n_ctx) return INK_OK;
@@ -145,8 +178,8 @@ int ink_drafter_prepare(ink_drafter *d, int n_ctx, ink_err *err)
         d->d[m].conv_save = NULL;
     }
     ink_scratch_free(&d->sc);
-    free(d->in2), free(d->tmp);
-    d->in2 = d->tmp = NULL;
+    free(d->in2), free(d->tmp), free(d->blog);
+    d->in2 = d->tmp = d->blog = NULL;
     d->n_ctx = 0;
     int H = d->cfg.hidden, rc;
     for (int m = 0; m < d->D; m++) {
@@ -163,7 +196,9 @@ int ink_drafter_prepare(ink_drafter *d, int n_ctx, ink_err *err)
     if ((rc = ink_scratch_init(&d->sc, &(ink_layer_env){&d->cfg, d->target->pool, NULL}, INK_CHUNK, n_ctx, err))) return rc;
     d->in2 = malloc((size_t)INK_CHUNK * 2 * H * sizeof(float));
     d->tmp = malloc((size_t)INK_CHUNK * H * sizeof(float));
-    if (!d->in2 || !d->tmp) return ink_err_set(err, INK_E_NOMEM, "out of memory");
+    int Vu = d->target->cfg.vocab_unpadded; /* (a draft vocabulary has at most Vu rows) */
+    d->blog = malloc((size_t)INK_DRAFT_ROWS * Vu * sizeof(float));
+    if (!d->in2 || !d->tmp || !d->blog) return ink_err_set(err, INK_E_NOMEM, "out of memory");
     d->n_ctx = n_ctx;
     return INK_OK;
 }
@@ -173,28 +208,48 @@ void ink_drafter_reset(ink_drafter *d)
     for (int m = 0; m < d->D; m++) ink_layer_cache_clear(&d->d[m].cache);
 }
 
+void ink_depth_forward_many(int m, const ink_depth_seg *sg, int n, int normed_embed)
+{
+    ink_drafter *L = sg[0].d; /* its weights (every segment's drafter shares them) and scratch */
+    const ink_model *tm = L->target;
+    ink_depth *p = &L->d[m];
+    int H = L->cfg.hidden;
+    float eps = L->cfg.eps;
+    const ink_layer_env env = {&L->cfg, tm->pool, NULL}; /* the drafter's config, the target's pool */
+    ink_seg segs[INK_CHUNK];
+    for (int i0 = 0; i0 < n;) {
+        int k = 0, rows = 0;
+        while (i0 + k < n && k < INK_CHUNK && rows + sg[i0 + k].T <= INK_CHUNK) {
+            const ink_depth_seg *s = &sg[i0 + k];
+            for (int t = 0; t < s->T; t++) {
+                float *hid = L->in2 + (size_t)(rows + t) * 2 * H, *emb = hid + H;
+                ink_rmsnorm(hid, s->h + (size_t)t * H, p->hidden_norm, H, eps);
+                ink_mat_row(&tm->embed, s->tok[t], emb);
+                if (normed_embed) ink_rmsnorm(emb, emb, tm->embed_norm, H, tm->cfg.eps);
+                ink_rmsnorm(emb, emb, p->embed_norm, H, eps);
+            }
+            segs[k] = (ink_seg){&s->d->d[m].cache, s->pos0, rows, s->T};
+            rows += s->T, k++;
+        }
+        float *x = L->tmp;
+        ink_matmul(env.pool, &p->input_proj, L->in2, 2 * H, rows, x, H);
+        ink_layer_forward_segs(&env, &p->block, segs, k, x, rows, &L->sc);
+        if (L->chain_norm)
+            for (int t = 0; t < rows; t++) ink_rmsnorm(x + (size_t)t * H, x + (size_t)t * H, L->chain_norm, H, eps);
+        for (int j = 0; j < k; j++)
+            memcpy(sg[i0 + j].out, x + (size_t)segs[j].t0 * H, (size_t)segs[j].T * H * sizeof(float));
+        i0 += k;
+    }
+}
+
 void ink_depth_forward(ink_drafter *d, int m, const float *h, const int32_t *tok, int T, int pos0, int normed_embed,
                        float *out)
 {
-    const ink_model *tm = d->target;
-    ink_depth *p = &d->d[m];
     int H = d->cfg.hidden;
-    float eps = d->cfg.eps;
-    const ink_layer_env env = {&d->cfg, tm->pool, NULL}; /* the drafter's config, the target's pool */
     for (int t0 = 0; t0 < T; t0 += INK_CHUNK) {
         int n = T - t0 < INK_CHUNK ? T - t0 : INK_CHUNK;
-        for (int t = 0; t < n; t++) {
-            float *hid = d->in2 + (size_t)t * 2 * H, *emb = hid + H;
-            ink_rmsnorm(hid, h + (size_t)(t0 + t) * H, p->hidden_norm, H, eps);
-            ink_mat_row(&tm->embed, tok[t0 + t], emb);
-            if (normed_embed) ink_rmsnorm(emb, emb, tm->embed_norm, H, tm->cfg.eps);
-            ink_rmsnorm(emb, emb, p->embed_norm, H, eps);
-        }
-        float *o = out + (size_t)t0 * H;
-        ink_matmul(env.pool, &p->input_proj, d->in2, 2 * H, n, o, H);
-        ink_layer_forward(&env, &p->block, &p->cache, pos0 + t0, o, n, &d->sc);
-        if (d->chain_norm)
-            for (int t = 0; t < n; t++) ink_rmsnorm(o + (size_t)t * H, o + (size_t)t * H, d->chain_norm, H, eps);
+        ink_depth_seg one = {d, h + (size_t)t0 * H, tok + t0, n, pos0 + t0, out + (size_t)t0 * H};
+        ink_depth_forward_many(m, &one, 1, normed_embed);
     }
 }
 
@@ -227,6 +282,27 @@ void ink_draft_logits(const ink_drafter *d, const float *u, int final_norm, floa
     for (int i = 0; i < d->n_vocab; i++) logits[d->vocab_ids[i]] = d->vlog[i];
 }
 
+void ink_draft_logits_many(ink_drafter *d, const float *const *u, int n, float *const *logits)
+{
+    const ink_model *tm = d->target;
+    int H = tm->cfg.hidden, Vu = tm->cfg.vocab_unpadded;
+    float *x = d->tmp, *xs = d->in2; /* [n][H] each (n <= INK_DRAFT_ROWS <= INK_CHUNK) */
+    if (!d->n_vocab) {
+        for (int j = 0; j < n; j++) memcpy(x + (size_t)j * H, u[j], (size_t)H * sizeof(float));
+        ink_lm_head(tm, x, n, d->blog, xs);
+        for (int j = 0; j < n; j++) memcpy(logits[j], d->blog + (size_t)j * Vu, (size_t)Vu * sizeof(float));
+        return;
+    }
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < H; i++) xs[(size_t)j * H + i] = u[j][i] / tm->cfg.mup; /* as ink_lm_head */
+    ink_matmul(tm->pool, &d->vhead, xs, H, n, d->blog, d->n_vocab);
+    for (int j = 0; j < n; j++) {
+        const float *vl = d->blog + (size_t)j * d->n_vocab;
+        for (int i = 0; i < Vu; i++) logits[j][i] = -INFINITY;
+        for (int i = 0; i < d->n_vocab; i++) logits[j][d->vocab_ids[i]] = vl[i];
+    }
+}
+
 /* bytes of one row of W's data, and of one row of its scales (0 for float views) */
 static size_t row_bytes(const ink_mat *W)
 {
@@ -243,6 +319,9 @@ int ink_drafter_set_vocab(ink_drafter *d, const int32_t *ids, int n, ink_err *er
 {
     const ink_model *tm = d->target;
     int Vu = tm->cfg.vocab_unpadded;
+    if (d->owner)
+        return ink_err_set(err, INK_E_INVAL, "this drafter shares another's weights and draft vocabulary "
+                                             "(ink_drafter_share): set the vocabulary on the drafter it shares");
     if (n < 0 || n > Vu) return ink_err_set(err, INK_E_INVAL, "draft vocabulary of %d tokens: expected 0..%d", n, Vu);
     if (n == 0 || n == Vu) { /* the whole vocabulary */
         free(d->vocab_ids), free(d->vocab_mem), free(d->vlog);

@@ -26,6 +26,23 @@ void ink_drafter_reset(ink_drafter *d);
  * Any T: chunked internally. */
 void ink_depth_forward(ink_drafter *d, int m, const float *h, const int32_t *tok, int T, int pos0, int normed_embed,
                        float *out);
+/* Depth m of several drafters at once (batched drafting across a server's slots): segment i feeds
+ * sg[i].T rows (1 <= T <= INK_CHUNK) of drafter sg[i].d at positions pos0.. into its own cache.
+ * Every sg[i].d must share sg[0].d's weights (ink_drafter_can_batch); the rows go through the
+ * depth's weights in forwards of at most INK_CHUNK rows (whole segments, in order), on sg[0].d's
+ * scratch. Each row's result is bitwise what ink_depth_forward of its segment alone gives. */
+typedef struct ink_depth_seg {
+    ink_drafter *d;
+    const float *h;          /* [T][H] */
+    const int32_t *tok;      /* [T] */
+    int T, pos0;
+    float *out;              /* [T][H]; may alias h (inputs are read before any output is written) */
+} ink_depth_seg;
+void ink_depth_forward_many(int m, const ink_depth_seg *sg, int n, int normed_embed);
+/* 1 when a and b can run in one ink_depth_forward_many / ink_draft_logits_many: the same weights
+ * (one opened the other's, through ink_drafter_share, or both share a third's) and caches prepared
+ * for the same context. */
+int ink_drafter_can_batch(const ink_drafter *a, const ink_drafter *b);
 /* Depth m's cache, by its own operations (never allocate): save keeps its conv states (its
  * committed frontier) in the drafter; restore brings them back; clear empties the depth (KV and
  * conv). KV rows are never copied: rows past the frontier are overwritten when committed. */
@@ -40,6 +57,11 @@ void ink_depth_commit(ink_drafter *d, int m, int n_keep);
  * is applied first (Compat-X). With a draft vocabulary only its rows are computed and every other
  * entry is -INFINITY. tmp: [2][H]. */
 void ink_draft_logits(const ink_drafter *d, const float *u, int final_norm, float *logits, float *tmp);
+/* The same (no final norm: mode P) for n <= INK_DRAFT_ROWS outputs u[j] of drafters that share d's
+ * weights, in one pass over the unembedding: logits[j] ([Vu] each) bitwise what ink_draft_logits
+ * gives for u[j]. Uses d's scratch (d must be prepared). */
+#define INK_DRAFT_ROWS 8
+void ink_draft_logits_many(ink_drafter *d, const float *const *u, int n, float *const *logits);
 
 /* Read-only views for inspection and tests: depth m's layer config and bound weights; the number of
  * safetensors files the drafter opened. */

@@ -41,6 +41,8 @@ struct ink_gen {
     float *hist;                  /* [RING][H]: target hidden of position p at p % RING (postnorm P / prenorm X) */
     float *outr;                  /* [D][RING][H]: depth m output of position p at p % RING */
     float *rows;                  /* [CH + K][H]: gathered inputs / outputs of one depth forward */
+    int32_t rtok[INK_CHUNK];      /* their tokens */
+    int r_first, r_T, r_nc;       /* depth_round_in .. depth_round_out: the forward in flight */
     float *vh;                    /* [max(CH, K)][H]: hidden rows of one target forward */
     int F[INK_MAX_DEPTH];         /* committed frontier per depth (Compat-X: F[0] = block 0's rows) */
     float *logits;                /* [K][V] verify rows */
@@ -222,41 +224,71 @@ static void follow(gen *g, int n)
  * provisional KV rows are overwritten when they are committed. Rows
  * do not depend on later rows of the same forward, so this equals a catch-up followed by a separate
  * provisional forward, bit for bit, at one pass over the depth's weights instead of two. */
-static void depth_round(gen *g, int m, int n)
+static void depth_round_in(gen *g, int m, int n, ink_depth_seg *sg)
 {
     int H = g->H, first = g->F[m], T = n - first;
     int nc = n - m - first < 0 ? 0 : n - m - first; /* committed rows */
-    int32_t tok[CH];
     for (int i = 0; i < T; i++) {
         int p = first + i, t = p + m + 1;
-        tok[i] = t <= n ? g->seq[t] : g->drafts[t - n - 1];
+        g->rtok[i] = t <= n ? g->seq[t] : g->drafts[t - n - 1];
         memcpy(g->rows + (size_t)i * H, m ? orow(g, m - 1, p) : hrow(g, p), (size_t)H * sizeof(float));
     }
     if (nc < T) ink_depth_save(g->d, m);
-    ink_depth_forward(g->d, m, g->rows, tok, T, first, 1, g->rows);
+    g->r_first = first, g->r_T = T, g->r_nc = nc;
+    *sg = (ink_depth_seg){g->d, g->rows, g->rtok, T, first, g->rows};
+}
+
+static void depth_round_out(gen *g, int m)
+{
+    int H = g->H, first = g->r_first, T = g->r_T, nc = g->r_nc;
     if (nc < T) ink_depth_commit(g->d, m, nc);
     for (int i = 0; i < T; i++) memcpy(orow(g, m, first + i), g->rows + (size_t)i * H, (size_t)H * sizeof(float));
     g->F[m] = first + nc;
 }
 
-static void draft_per_depth(gen *g, int n, int M)
+/* The draft phase of G[0..k) (mode P, M = G[i]->M drafts each, at their own n), their drafters
+ * sharing weights (ink_drafter_can_batch): per depth, one forward over every generator's rows
+ * (depth_round_in/out), then one unembedding pass over their rows n-1. A generator's rows, drafts
+ * and margins are bitwise what it computes alone (k = 1): rows are computed independently of the
+ * batch, and each generator picks from its own logits with its own sampler state, depth by depth. */
+static void draft_per_depth_many(gen *const *G, int k)
 {
-    for (int m = g->n_live; m < M; m++) wake(g, m, n); /* auto: dormant depths restart */
-    for (int m = 0; m < M; m++) g->last_used[m] = g->rounds_run;
-    int bulk = 0;
-    for (int m = 0; m < M; m++) bulk |= n - g->F[m] > CH;
-    /* after the prefill: the chunked pipeline first, which leaves only provisional rows (nc = 0) */
-    if (bulk) catch_up(g, n - 1, n);
-    for (int m = 0; m < M; m++) {
-        if (n > g->F[m]) depth_round(g, m, n);
-        const float *u = orow(g, m, n - 1);
-        ink_draft_logits(g->d, u, 0, g->dlog, g->tmp);
-        g->margins[m] = margin_of(g->dlog, g->V);
-        g->drafts[m] = pick(g, g->dlog, g->q + (size_t)m * g->V, n + 1 + m);
-        g->seq[n + 1 + m] = g->drafts[m];
-        g->blocks[m] = m;
+    int Mx = 0;
+    for (int i = 0; i < k; i++) {
+        gen *g = G[i];
+        int n = g->n, M = g->M, bulk = 0;
+        for (int m = g->n_live; m < M; m++) wake(g, m, n); /* auto: dormant depths restart */
+        for (int m = 0; m < M; m++) g->last_used[m] = g->rounds_run;
+        for (int m = 0; m < M; m++) bulk |= n - g->F[m] > CH;
+        /* after the prefill: the chunked pipeline first, which leaves only provisional rows (nc = 0) */
+        if (bulk) catch_up(g, n - 1, n);
+        if (M > Mx) Mx = M;
     }
-    if (M < g->n_live) follow(g, n); /* live depths this round does not draft with */
+    for (int m = 0; m < Mx; m++) {
+        ink_depth_seg sg[INK_STEP_MANY_MAX];
+        gen *who[INK_STEP_MANY_MAX];
+        const float *u[INK_STEP_MANY_MAX];
+        float *lg[INK_STEP_MANY_MAX];
+        int ns = 0, nl = 0;
+        for (int i = 0; i < k; i++)
+            if (G[i]->M > m && G[i]->n > G[i]->F[m]) depth_round_in(G[i], m, G[i]->n, &sg[ns]), who[ns++] = G[i];
+        if (ns) ink_depth_forward_many(m, sg, ns, 1);
+        for (int j = 0; j < ns; j++) depth_round_out(who[j], m);
+        for (int i = 0; i < k; i++)
+            if (G[i]->M > m) u[nl] = orow(G[i], m, G[i]->n - 1), lg[nl] = G[i]->dlog, who[nl++] = G[i];
+        for (int j0 = 0; j0 < nl; j0 += INK_DRAFT_ROWS)
+            ink_draft_logits_many(who[j0]->d, u + j0, nl - j0 < INK_DRAFT_ROWS ? nl - j0 : INK_DRAFT_ROWS, lg + j0);
+        for (int j = 0; j < nl; j++) {
+            gen *g = who[j];
+            int n = g->n;
+            g->margins[m] = margin_of(g->dlog, g->V);
+            g->drafts[m] = pick(g, g->dlog, g->q + (size_t)m * g->V, n + 1 + m);
+            g->seq[n + 1 + m] = g->drafts[m];
+            g->blocks[m] = m;
+        }
+    }
+    for (int i = 0; i < k; i++)
+        if (G[i]->M < G[i]->n_live) follow(G[i], G[i]->n); /* live depths this round does not draft with */
 }
 
 /* ---- Compat-X (mtp.md 7.9) -------------------------------------------------------------- */
@@ -505,7 +537,7 @@ static void draft(gen *g)
         if (g->compat) g->last_used[0] = g->rounds_run;
         if (g->compat && g->seed_stale) compat_update(g, g->n), g->seed_stale = 0;
         if (g->compat) draft_compat(g, g->n, g->M);
-        else draft_per_depth(g, g->n, g->M);
+        else draft_per_depth_many(&g, 1);
     } else if (g->d && !g->compat && g->n_live > 0) {
         follow(g, g->n); /* keep the frontiers moving while drafting is clamped off */
     }
@@ -787,12 +819,12 @@ int ink_gen_start(ink_gen *g, const int32_t *prompt, int P, const ink_gen_opts *
 
 /* One round: plan, draft, verify, accept, emit, rollback, drafter update, statistics. Split in two
  * around the verify forward, which the caller may batch with other generators' (inkling.h). */
-int ink_gen_step_begin(ink_gen *g, ink_gen_verify *v, ink_err *err)
+/* The start of a round, before drafting: 1 to go on, 0 done, or an error (the run is done). */
+static int step_plan(gen *g, ink_err *err)
 {
-    int rc = INK_OK;
     if (g->stop) return g->rc ? g->rc : 0;
     if (g->o->cancel && *g->o->cancel) {
-        rc = ink_err_set(err, INK_E_CANCELLED, "generation cancelled");
+        int rc = ink_err_set(err, INK_E_CANCELLED, "generation cancelled");
         g->stop = 1, g->rc = rc;
         return rc;
     }
@@ -801,10 +833,25 @@ int ink_gen_step_begin(ink_gen *g, ink_gen_verify *v, ink_err *err)
         return 0;
     }
     g->ta = ink_now_s();
+    return 1;
+}
+
+int ink_gen_step_begin(ink_gen *g, ink_gen_verify *v, ink_err *err)
+{
+    int rc = step_plan(g, err);
+    if (rc != 1) return rc;
     draft(g);
     g->tb = ink_now_s();
     verify_prepare(g, v);
     return 1;
+}
+
+/* Whether g's draft phase this round can run with other generators' (mode P, drafting, its
+ * drafter sharing weights with lead's when lead is given). */
+static int joins(const gen *g, const gen *lead)
+{
+    if (!g->d || g->compat || g->M <= 0) return 0;
+    return !lead || g == lead || (g->d != lead->d && ink_drafter_can_batch(g->d, lead->d));
 }
 
 int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err)
@@ -881,10 +928,30 @@ int ink_gen_step_many(ink_batch *b, ink_gen *const *gens, int n, int prefill_row
             if (budget <= 0) continue;
             if (ink_gen_prefill_begin(g, budget < cap ? budget : cap, &v[m], ge) != 1) continue;
             budget -= v[m].n_tokens, pre[m] = 1, who[m++] = i;
-        } else if (!ink_gen_done(g) && ink_gen_step_begin(g, &v[m], ge) == 1) {
+        } else if (!ink_gen_done(g) && step_plan(g, ge) == 1) {
             pre[m] = 0, who[m++] = i;
         }
     }
+    /* the rounds' draft phases: those whose drafters share weights together (one pass over each
+     * depth and the unembedding for all), in groups by drafter; the others one by one */
+    gen *grp[INK_STEP_MANY_MAX];
+    int done_draft[INK_STEP_MANY_MAX] = {0};
+    for (int j = 0; j < m; j++) {
+        gen *g = gens[who[j]];
+        if (pre[j] || done_draft[j]) continue;
+        int k = 0;
+        if (joins(g, NULL))
+            for (int l = j; l < m; l++)
+                if (!pre[l] && !done_draft[l] && joins(gens[who[l]], g)) grp[k++] = gens[who[l]], done_draft[l] = 1;
+        if (k) draft_per_depth_many(grp, k);
+        else draft(g), done_draft[j] = 1;
+    }
+    for (int j = 0; j < m; j++)
+        if (!pre[j]) {
+            gen *g = gens[who[j]];
+            g->tb = ink_now_s();
+            verify_prepare(g, &v[j]);
+        }
     if (m) eval_many(b, cap, gens, who, pre, v, m, errs, &scratch);
     int ran = m;
     /* the rest of the prefill budget: further chunks, each its own forward */

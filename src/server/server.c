@@ -382,7 +382,7 @@ static char *dup_or_null(const char *s)
 
 static void free_server(ink_server *S)
 {
-    for (int i = 0; S->slots && i < S->n_slots; i++) {
+    for (int i = S->slots ? S->n_slots - 1 : -1; i >= 0; i--) { /* slot 0's drafter last: the others share it */
         ink_gen_free(S->slots[i].gen);
         ink_session_free(S->slots[i].sess);
         ink_drafter_free(S->slots[i].d);

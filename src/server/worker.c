@@ -67,11 +67,8 @@ static void load(ink_server *S)
     for (int i = 0; i < S->n_slots; i++) {
         srv_slot *sl = &S->slots[i];
         if (i == 0) sl->d = S->drafter;
-        else if (S->drafter) {
-            const char *dd = S->draft_dir ? S->draft_dir : S->model_dir;
-            if (ink_drafter_open(&sl->d, S->model, dd, &e)) goto fail;
-            if (S->o.draft_vocab > 0 && ink_drafter_load_vocab(sl->d, dd, S->o.draft_vocab, &e)) goto fail;
-        }
+        else if (S->drafter && ink_drafter_share(&sl->d, S->drafter, &e)) /* one set of weights: the slots draft together */
+            goto fail;
         if (ink_session_create(&sl->sess, S->model, S->o.n_ctx, &e)) goto fail;
         if (ink_session_set_checkpoints(sl->sess, S->o.cache_checkpoints, &e)) goto fail;
         if (ink_gen_create(&sl->gen, sl->sess, &e)) goto fail;
