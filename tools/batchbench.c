@@ -1,9 +1,11 @@
 /* batchbench — aggregate decode throughput of B sequences stepped together through ink_batch_eval
  * (continuous batching, issue 18) against the same B sequences decoded one after another, on one
  * model, in one run. Each sequence has its own session, generator and (with --mtp) drafter; greedy,
- * different prompts; the outputs of both schedules are checked to be identical.
+ * different prompts; the outputs of both schedules are checked to be identical. The drafters share
+ * one set of weights (ink_drafter_share), so batched rounds also draft together; --own-drafters
+ * opens one per sequence instead (batched verify, drafting one sequence after another).
  *
- *   batchbench -m DIR [-b B] [-n TOKENS] [-t THREADS] [-r REPS] [--mtp [K|auto]]
+ *   batchbench -m DIR [-b B] [-n TOKENS] [-t THREADS] [-r REPS] [--mtp [K|auto]] [--own-drafters]
  *
  * Prints, per repetition and as medians: sequential tok/s, batched tok/s, their ratio. */
 #include "inkling.h"
@@ -37,18 +39,19 @@ static int die(const ink_err *e)
 int main(int argc, char **argv)
 {
     const char *dir = NULL;
-    int B = 4, N = 128, threads = 0, reps = 3, mtp = 0, K = 0;
+    int B = 4, N = 128, threads = 0, reps = 3, mtp = 0, K = 0, own = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "-b") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-n") && i + 1 < argc) N = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--own-drafters")) own = 1;
         else if (!strcmp(argv[i], "--mtp")) {
             mtp = 1;
             if (i + 1 < argc && argv[i + 1][0] != '-') K = strcmp(argv[++i], "auto") ? atoi(argv[i]) : 0;
         } else {
-            fprintf(stderr, "usage: batchbench -m DIR [-b B] [-n TOKENS] [-t THREADS] [-r REPS] [--mtp [K|auto]]\n");
+            fprintf(stderr, "usage: batchbench -m DIR [-b B] [-n TOKENS] [-t THREADS] [-r REPS] [--mtp [K|auto]] [--own-drafters]\n");
             return 2;
         }
     }
@@ -68,7 +71,8 @@ int main(int argc, char **argv)
     int32_t p[MAXB][16], *out[MAXB], *ref[MAXB];
     for (int i = 0; i < B; i++) {
         if (ink_session_create(&s[i], m, 0, &e) || ink_gen_create(&g[i], s[i], &e)) return die(&e);
-        if (mtp && ink_drafter_open(&d[i], m, dir, &e)) return die(&e);
+        if (mtp && (i == 0 || own ? ink_drafter_open(&d[i], m, dir, &e) : ink_drafter_share(&d[i], d[0], &e)))
+            return die(&e);
         for (int t = 0; t < 16; t++) p[i][t] = (int32_t)((7919u * (unsigned)(i * 16 + t) + 17u) % (unsigned)(V > 256 ? 256 : V));
         o[i] = (ink_gen_opts){.max_tokens = N, .drafter = d[i], .block_size = K, .capture_commit = 1};
         out[i] = malloc((size_t)N * sizeof(int32_t)), ref[i] = malloc((size_t)N * sizeof(int32_t));
@@ -77,7 +81,8 @@ int main(int argc, char **argv)
     if (ink_batch_create(&bt, m, B * (INK_MAX_DEPTH + 2), 0, &e)) return die(&e);
     double seq_r[64], bat_r[64], ratio[64];
     if (reps > 64) reps = 64;
-    printf("batchbench: %s, B = %d sequences x %d tokens, %s\n", dir, B, N, mtp ? (K ? "mtp fixed K" : "mtp auto K") : "plain");
+    printf("batchbench: %s, B = %d sequences x %d tokens, %s%s\n", dir, B, N, mtp ? (K ? "mtp fixed K" : "mtp auto K") : "plain",
+           mtp ? (own ? ", a drafter per sequence" : ", drafters sharing weights (drafting together)") : "");
     for (int r = 0; r < reps; r++) {
         /* one after another */
         double ts = 0; /* decode time only, as below */
@@ -115,7 +120,7 @@ int main(int argc, char **argv)
     printf("median: one after another %.1f tok/s, batched %.1f tok/s, batched / sequential %.2f (outputs identical)\n",
            seq_r[reps / 2], bat_r[reps / 2], ratio[reps / 2]);
     ink_batch_free(bt);
-    for (int i = 0; i < B; i++) ink_gen_free(g[i]), ink_drafter_free(d[i]), ink_session_free(s[i]), free(out[i]), free(ref[i]);
+    for (int i = B - 1; i >= 0; i--) ink_gen_free(g[i]), ink_drafter_free(d[i]), ink_session_free(s[i]), free(out[i]), free(ref[i]);
     ink_model_free(m);
     return 0;
 }
