@@ -1068,14 +1068,16 @@ static void avx2_attn(const ink_attn *a)
 
 /* ---- probes ------------------------------------------------------------------------------- */
 
-double ink_avx2_read(const void *buf, size_t bytes)
+double ink_avx2_read(const void *buf, size_t bytes, int streams)
 {
-    size_t n = bytes / 8 / 32; /* 32-byte vectors per stream */
+    if (streams < 1) streams = 1;
+    if (streams > 8) streams = 8;
+    size_t n = bytes / (size_t)streams / 64 * 2; /* 32-byte vectors per stream, even */
     const __m256i *p = buf;
     __m256i a[8];
     for (int s = 0; s < 8; s++) a[s] = _mm256_setzero_si256();
     for (size_t i = 0; i < n; i += 2)
-        for (int s = 0; s < 8; s++) {
+        for (int s = 0; s < streams; s++) {
             a[s] = _mm256_add_epi64(a[s], _mm256_load_si256(p + (size_t)s * n + i));
             a[s] = _mm256_add_epi64(a[s], _mm256_load_si256(p + (size_t)s * n + i + 1));
         }

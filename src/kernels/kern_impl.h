@@ -123,8 +123,9 @@ void ink_avx512_expv(const float *x, float *y, int n);
 const ink_kernels *ink_kernels_avx2_raw(void);   /* the set, without the CPU check */
 const ink_kernels *ink_kernels_avx512_raw(void); /* the set, without the CPU check */
 
-/* kern_avx2.c's probe loops (ink_kernels.probe_read / probe_fma of the AVX2 and AVX-512 sets). */
-double ink_avx2_read(const void *buf, size_t bytes);
+/* kern_avx2.c's probe loops (ink_kernels.probe_read / probe_fma of the AVX2 set; the AVX-512 set
+ * has its own read loop, ink_avx512_read, and shares the FMA loop). */
+double ink_avx2_read(const void *buf, size_t bytes, int streams);
 double ink_avx2_fma(long iters);
 
 #endif

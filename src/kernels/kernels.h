@@ -112,14 +112,16 @@ size_t ink_attn_ws_floats(int d, int R, int n_keys);
 
 /* A kernel set. rows() computes y[t][o] for t < T, r0 <= o < r1 on the calling thread; attn() one
  * attention tile on the calling thread. probe_read / probe_fma are the set's inner loops for the
- * machine probes of `inkling bench` (src/cli/cmd_bench.c times them): a checksum of 8 interleaved
- * streams over buf[0..bytes), and 10 chains x 8 lanes x iters f32 FMAs; NULL where the set has none
- * (the bench then runs portable loops). */
+ * machine probes of `inkling bench` (src/cli/cmd_bench.c times them): a checksum of `streams`
+ * (1..8) interleaved sequential streams over buf[0..bytes) in the set's widest loads (the bench keeps
+ * the best stream count: how many streams a core's prefetchers follow best differs between
+ * machines), and 10 chains x 8 lanes x iters f32 FMAs; NULL where the set has none (the bench then
+ * runs portable loops). */
 typedef struct ink_kernels {
     const char *name; /* "scalar", "avx2", "avx512", "neon" */
     void (*rows)(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1, int int8);
     void (*attn)(const ink_attn *a);
-    double (*probe_read)(const void *buf, size_t bytes);
+    double (*probe_read)(const void *buf, size_t bytes, int streams);
     double (*probe_fma)(long iters);
 } ink_kernels;
 
