@@ -246,9 +246,24 @@ static float silu(float z) { return z / (1.0f + expf(-z)); }
 static void swiglu_run(const ink_layer_env *env, const ink_ffn_w *f, const float *x, int T, float *out, ink_scratch *s)
 {
     int H = env->cfg->hidden, I = f->gate.rows;
-    ink_matmul(env->pool, &f->gate, x, H, T, s->ffn, I);
-    ink_matmul(env->pool, &f->up, x, H, T, s->ffn2, I);
-    for (size_t i = 0; i < (size_t)T * I; i++) s->ffn[i] = silu(s->ffn[i]) * s->ffn2[i];
+    if (f->gu_mode) {
+        /* one matmul over the stored [2I, H] tensor into ffn (ffn2 follows it in the scratch, so
+         * T * 2I floats fit); then in place, ascending: out (t, i) sits at or before both inputs */
+        float *y = s->ffn;
+        ink_matmul(env->pool, &f->gu, x, H, T, y, 2 * I);
+        for (int t = 0; t < T; t++) {
+            const float *g = y + (size_t)t * 2 * I;
+            float *o = y + (size_t)t * I;
+            if (f->gu_mode == 1)
+                for (int i = 0; i < I; i++) o[i] = silu(g[2 * i]) * g[2 * i + 1];
+            else
+                for (int i = 0; i < I; i++) o[i] = silu(g[i]) * g[I + i];
+        }
+    } else {
+        ink_matmul(env->pool, &f->gate, x, H, T, s->ffn, I);
+        ink_matmul(env->pool, &f->up, x, H, T, s->ffn2, I);
+        for (size_t i = 0; i < (size_t)T * I; i++) s->ffn[i] = silu(s->ffn[i]) * s->ffn2[i];
+    }
     ink_matmul(env->pool, &f->down, s->ffn, I, T, out, H);
 }
 

@@ -324,10 +324,14 @@ static int bind_ffn(ink_weights *wt, const char *prefix, int n, int I, int H, co
     if (il || !(half || split)) { /* release layout: even rows gate, odd rows up */
         find_suffix(&wt->td, prefix, fused_il, name, sizeof name);
         if ((rc = bind_stack(wt, name, n, 2 * I, H, &s, err))) return rc;
-        for (int e = 0; e < cnt; e++) out[e].gate = sub(&s, e, 0, I, 2), out[e].up = sub(&s, e, 1, I, 2);
+        for (int e = 0; e < cnt; e++)
+            out[e].gate = sub(&s, e, 0, I, 2), out[e].up = sub(&s, e, 1, I, 2), out[e].gu = sub(&s, e, 0, 2 * I, 1),
+            out[e].gu_mode = 1;
     } else if (half) { /* HF gate_up_proj: first half gate, second half up */
         if ((rc = bind_stack(wt, name, n, 2 * I, H, &s, err))) return rc;
-        for (int e = 0; e < cnt; e++) out[e].gate = sub(&s, e, 0, I, 1), out[e].up = sub(&s, e, I, I, 1);
+        for (int e = 0; e < cnt; e++)
+            out[e].gate = sub(&s, e, 0, I, 1), out[e].up = sub(&s, e, I, I, 1), out[e].gu = sub(&s, e, 0, 2 * I, 1),
+            out[e].gu_mode = 2;
     } else { /* pre-split gate_proj / up_proj */
         if ((rc = bind_stack(wt, name, n, I, H, &s, err))) return rc;
         for (int e = 0; e < cnt; e++) out[e].gate = sub(&s, e, 0, I, 1);

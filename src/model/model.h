@@ -32,6 +32,13 @@ typedef struct ink_attn_w {
 
 typedef struct ink_ffn_w {       /* one SwiGLU: dense MLP, routed expert or shared expert */
     ink_mat gate, up, down;      /* [I,H] [I,H] [H,I] */
+    /* gate and up as one matrix [2I,H] where the checkpoint stores them in one tensor: gu_mode 1 =
+     * row-interleaved (release w13: row 2i gate i, row 2i+1 up i), 2 = half split (HF gate_up_proj);
+     * 0 = separate tensors (gu unused). One matmul streams the rows in storage order, where two
+     * strided views would each skip every other row (the per-row arithmetic is the same, so the
+     * outputs are bitwise those of the two views). */
+    ink_mat gu;
+    int gu_mode;
 } ink_ffn_w;
 
 typedef struct ink_layer_w {
