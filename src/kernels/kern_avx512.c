@@ -274,10 +274,16 @@ AI void frows_nt(const int dt, const uint8_t *w, size_t ldw_, int K, const float
  * for the prefetchers instead of NRM rows of one row's length, then a jump (from DRAM, one thread:
  * 8 -> 14 GB/s on the int8 path); shorter rows keep consecutive tiles (one stream already; spread, a
  * 4096 x 256 q4 matrix lost 10-20 %). A tile with fewer than NRM valid rows runs them one at a time. */
-#define SPREAD_ROWS(W) ((W)->stride * (size_t)((W)->dtype == INK_DT_F32 ? 4 : (W)->dtype == INK_DT_BF16 || (W)->dtype == INK_DT_F16 ? 2 : 1) >= 1024)
-#define SPREAD_TILES(r0, r1, FULL, ONE)                                                                           \
+#define ROW_BYTES(W) ((W)->stride * (size_t)((W)->dtype == INK_DT_F32 ? 4 : (W)->dtype == INK_DT_BF16 || (W)->dtype == INK_DT_F16 ? 2 : 1))
+#define SPREAD_ROWS(W) (ROW_BYTES(W) >= 1024)
+/* Float views spread rows of 512 bytes too (H = 256 bf16, the twins' and the bundled model's
+ * matrices) up to T = 5: from DRAM, 8192 x 256 bf16, 1 thread: T = 1 17.8 -> 33 GB/s, T = 4 15 -> 21;
+ * 2 threads 32 -> 55 and 28 -> 35 (the four streams keep more lines in flight than one stream of
+ * 2 KiB tiles). Not at T > 5 (T = 8, 1 thread: 13 -> 11) and not for 256-byte rows (T >= 2 lose). */
+#define SPREAD_FLOAT(W, T) (SPREAD_ROWS(W) || (ROW_BYTES(W) >= 512 && (T) <= 5))
+#define SPREAD_TILES(r0, r1, T, FULL, ONE)                                                                        \
     {                                                                                                             \
-        int sp_ = SPREAD_ROWS(W), n_ = (r1) - (r0);                                                               \
+        int sp_ = SPREAD_FLOAT(W, T), n_ = (r1) - (r0);                                                           \
         int Q_ = sp_ ? (n_ + NRM - 1) / NRM : 1, cnt_ = sp_ ? Q_ : (n_ + NRM - 1) / NRM;                          \
         for (int i_ = 0; i_ < cnt_; i_++) {                                                                       \
             int o_ = (r0) + (sp_ ? i_ : i_ * NRM);                                                                \
@@ -297,7 +303,7 @@ AI void frows_t(const int dt, const ink_mat *W, const float *x, size_t ldx, floa
     int K = W->cols;
 #define FT_FULL(o, q) frows_nt(dt, base + (size_t)(o) * ldw_ * es, ldw_ * (size_t)(q), K, x, ldx, y, ldy, o, NRM, NT, NT >= 3, q)
 #define FT_ONE(o) frows_nt(dt, base + (size_t)(o) * ldw_ * es, ldw_, K, x, ldx, y, ldy, o, 1, NT, 0, 1)
-    SPREAD_TILES(r0, r1, FT_FULL, FT_ONE)
+    SPREAD_TILES(r0, r1, NT, FT_FULL, FT_ONE)
 #undef FT_FULL
 #undef FT_ONE
 }
@@ -349,7 +355,7 @@ AI void frows_wide(const int dt, const ink_mat *W, const float *x, size_t ldx, f
                                                    size_t ldy, int r0, int r1, int T)                             \
     {                                                                                                             \
         const int dt_ = DT;                                                                                       \
-        SPREAD_TILES(r0, r1, FW_FULL, FW_ONE)                                                                     \
+        SPREAD_TILES(r0, r1, T, FW_FULL, FW_ONE)                                                                  \
     }                                                                                                             \
     static void NAME(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1)         \
     {                                                                                                             \
