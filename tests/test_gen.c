@@ -205,20 +205,26 @@ static void test_autok_finds_the_best_width(void **state)
 static void test_autok_stays_close_to_best_fixed(void **state)
 {
     (void)state;
-    synth m = {1.0, 0.05, 0.04, 0.8, 9};
-    ink_autok c;
-    ink_autok_init(&c, 8);
-    int hist[INK_MAX_BLOCK + 1];
-    synth_run(&c, &m, 4000, hist);
-    double best_rate, tok = 0, sec = 0;
-    synth_best(&m, 8, &best_rate);
-    for (int K = 1; K <= 8; K++) {
-        double e = 0, run = 1;
-        for (int i = 0; i < K; i++) e += run, run *= m.alpha;
-        tok += hist[K] * e, sec += hist[K] * (m.base + m.per_row * K + m.draft * (K - 1));
+    /* several seeds: one seed is one draw of the acceptance sequence, and a controller that is close
+     * on average can still settle on a neighbour for a whole run (the 1,024-round exploration cap
+     * once kept one seed at 95.9 %) */
+    for (uint64_t seed = 9; seed < 15; seed++) {
+        synth m = {1.0, 0.05, 0.04, 0.8, seed};
+        ink_autok c;
+        ink_autok_init(&c, 8);
+        int hist[INK_MAX_BLOCK + 1];
+        synth_run(&c, &m, 4000, hist);
+        double best_rate, tok = 0, sec = 0;
+        synth_best(&m, 8, &best_rate);
+        for (int K = 1; K <= 8; K++) {
+            double e = 0, run = 1;
+            for (int i = 0; i < K; i++) e += run, run *= m.alpha;
+            tok += hist[K] * e, sec += hist[K] * (m.base + m.per_row * K + m.draft * (K - 1));
+        }
+        printf("  seed %d: controller %.4f tokens/s-unit vs best fixed %.4f (%.1f%%)\n", (int)seed, tok / sec, best_rate,
+               100 * tok / sec / best_rate);
+        assert_true(tok / sec >= 0.97 * best_rate);
     }
-    printf("  controller %.4f tokens/s-unit vs best fixed %.4f (%.1f%%)\n", tok / sec, best_rate, 100 * tok / sec / best_rate);
-    assert_true(tok / sec >= 0.97 * best_rate);
 }
 
 /* The text changes: acceptance falls from 0.9 to 0.05 (a repetitive passage, then free text) and
@@ -245,11 +251,24 @@ static void test_autok_estimates(void **state)
     assert_true(ink_autok_cost(&c, 3) == 0);
     ink_autok_observe(&c, 1, 0, 0, 2.0, 0);
     ink_autok_observe(&c, 4, 3, 1, 5.0, 0.9);       /* drafts cost 0.3 s each; d1 kept, d2 rejected */
-    assert_true(fabs(c.alpha[0] - 1.0) < 1e-12 && fabs(c.alpha[1] - 0.0) < 1e-12);
+    /* one observation each, averaged with two pseudo-observations of the prior: 1/2 for d1, (1 + 1) / 3;
+     * d1's estimate for d2, (0 + 2 (2/3)) / 3 */
+    assert_true(fabs(c.alpha[0] - 2.0 / 3) < 1e-12 && fabs(c.alpha[1] - 4.0 / 9) < 1e-12);
     assert_int_equal(c.alpha_n[2], 0);               /* d3 was never tested */
     assert_true(fabs(ink_autok_cost(&c, 2) - 2.3) < 1e-12); /* optimistic: c(1) + one draft */
     assert_true(fabs(ink_autok_cost(&c, 5) - 5.3) < 1e-12); /* beyond the widest measured */
-    assert_true(fabs(ink_autok_expected(&c, 3) - 2.0) < 1e-12); /* 1 + 1 + 1 * 0 */
+    assert_true(fabs(ink_autok_expected(&c, 3) - (1 + 2.0 / 3 + 8.0 / 27)) < 1e-12); /* 1 + a0 + a0 a1 */
+    /* a run that starts with a rejected draft still tries drafting: with the estimate at 0 (no
+     * prior) E(K) would be 1 for every K and the next rounds plain steps until an exploration */
+    {
+        ink_autok f;
+        ink_autok_init(&f, 5);
+        ink_autok_observe(&f, 1, 0, 0, 2.0, 0);
+        ink_autok_observe(&f, 1, 0, 0, 2.0, 0);
+        ink_autok_observe(&f, 5, 4, 0, -1, 0); /* untimed (depths woke), no draft accepted */
+        assert_true(fabs(f.alpha[0] - 1.0 / 3) < 1e-12);
+        assert_true(ink_autok_best(&f) >= 2);
+    }
     /* an outlier (a preemption) is clipped once the estimate is established */
     for (int i = 0; i < 4; i++) ink_autok_observe(&c, 1, 0, 0, 2.0, 0);
     ink_autok_observe(&c, 1, 0, 0, 1000.0, 0);

@@ -4,10 +4,11 @@
 #include <string.h>
 
 #define EXPLORE 16        /* rounds before the first exploration in each direction */
-#define EXPLORE_MAX 1024  /* the longest wait between explorations in one direction */
+#define EXPLORE_MAX 256   /* the longest wait between explorations in one direction */
 #define LAMBDA_A 0.04     /* smoothing of the acceptance estimates (~25 observations) */
 #define LAMBDA_C 0.10     /* smoothing of the costs (~10 rounds) */
 #define PRIOR_A 0.5       /* acceptance assumed for a position never observed (and nothing before it) */
+#define PRIOR_N 2.0       /* the weight of a position's prior (PRIOR_A, or the shallower position's estimate) */
 #define CLIP 8.0          /* a round slower than CLIP x its estimate (a preemption) counts as CLIP x */
 
 void ink_autok_init(ink_autok *c, int kmax)
@@ -117,9 +118,19 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
         }
         if (M > 0) smooth(&c->draft_cost, &c->draft_n, draft_seconds / M, LAMBDA_C);
     }
-    /* draft j + 1 was tested iff drafts 1..j were accepted (j <= a), and kept iff j < a */
-    for (int j = 0; j < M && j <= a && j < INK_MAX_DEPTH; j++)
-        smooth(&c->alpha[j], &c->alpha_n[j], j < a ? 1.0 : 0.0, LAMBDA_A);
+    /* draft j + 1 was tested iff drafts 1..j were accepted (j <= a), and kept iff j < a. The first
+     * observations are averaged with PRIOR_N pseudo-observations of what the position was assumed to
+     * be before (the shallower position's estimate, PRIOR_A for the first: Laplace's rule there): one
+     * rejected draft at the start of a run must not set the estimate to 0, which made
+     * every width look like a plain step until the next exploration (on a 160 MiB twin, the first
+     * ~45 tokens of a run went plain after a first round with no draft accepted) */
+    for (int j = 0; j < M && j <= a && j < INK_MAX_DEPTH; j++) {
+        double x = j < a ? 1.0 : 0.0, w = 1.0 / (c->alpha_n[j] + 1 + PRIOR_N);
+        if (!c->alpha_n[j]) c->alpha[j] = alpha_of(c, j - 1); /* what an unobserved position is assumed */
+        if (w < LAMBDA_A) w = LAMBDA_A;
+        c->alpha[j] += w * (x - c->alpha[j]);
+        c->alpha_n[j]++;
+    }
     if (explored) {
         if (!timed) c->next[dir] = c->round + 1; /* its cost was not measured: try it again next round */
         else { /* a neighbour that now looks best resets its direction's wait, one that lost doubles it */

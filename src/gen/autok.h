@@ -9,8 +9,11 @@
  * repetitive passage raises a_j, free text lowers it) and the machine (a busy core raises c).
  *
  * Robustness. A width's first three rounds give its estimate as their median (one slow round, a cold
- * cache or a preemption, cannot condemn a width that is then never tried again), and the first two
- * rounds of a fresh controller are plain steps (c(1) is the yardstick).
+ * cache or a preemption, cannot condemn a width that is then never tried again), a position's first
+ * acceptance observations are averaged with two pseudo-observations of its prior (1/2 for the first
+ * position, the shallower position's estimate for the others), so one rejected draft cannot make
+ * every width look like a plain step, and the first two rounds of a fresh controller are plain
+ * steps (c(1) is the yardstick).
  *
  * Exploration. A width never measured is estimated optimistically: the cost of the nearest measured
  * width below plus the measured cost of a draft per extra row (the verify's extra rows are assumed
