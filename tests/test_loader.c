@@ -291,6 +291,11 @@ static void test_config_fields(void **state)
     memset(&e, 0, sizeof e);
     assert_int_equal(ink_config_parse(c, bad, strlen(bad), "broken.json", &e), INK_E_FORMAT);
     assert_non_null(strstr(e.msg, "broken.json: invalid JSON"));
+    /* an ink_err that still holds that error does not fail a valid config (the parsers used the
+     * caller's err->code as their accumulator), and keeps its first error */
+    assert_int_equal(ink_config_parse(c, hf, strlen(hf), "hf.json", &e), INK_OK);
+    assert_int_equal(c->n_moe, 4);
+    assert_non_null(strstr(e.msg, "broken.json: invalid JSON"));
     free(c);
 }
 

@@ -355,10 +355,20 @@ static int parse_root(ink_config *cfg, json_t *root, ctx *c)
     return INK_OK;
 }
 
-int ink_config_parse(ink_config *cfg, const char *text, size_t len, const char *what, ink_err *err)
+static int config_parse(ink_config *cfg, const char *text, size_t len, const char *what, ink_err *err);
+
+int ink_config_parse(ink_config *cfg, const char *text, size_t len, const char *what, ink_err *out)
 {
-    ink_err local = {0};
-    if (!err) err = &local;
+    /* parsed into a fresh ink_err: the parsers read err->code as their accumulator, so an error the
+     * caller's ink_err still held from an earlier call would fail a valid config */
+    ink_err local = {0}, *err = &local;
+    int rc = config_parse(cfg, text, len, what, err);
+    if (rc && out && !out->code) *out = local; /* the first error recorded wins, as ink_err_set keeps it */
+    return rc;
+}
+
+static int config_parse(ink_config *cfg, const char *text, size_t len, const char *what, ink_err *err)
+{
     memset(cfg, 0, sizeof *cfg);
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
