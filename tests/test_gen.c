@@ -272,8 +272,14 @@ static void test_autok_estimates(void **state)
     /* an outlier (a preemption) is clipped once the estimate is established */
     for (int i = 0; i < 4; i++) ink_autok_observe(&c, 1, 0, 0, 2.0, 0);
     ink_autok_observe(&c, 1, 0, 0, 1000.0, 0);
-    /* the 6th sample of width 1 weighs 1/6, clipped to 8 x 2: 2 + 14 / 6 (unclipped: ~168) */
-    assert_true(fabs(ink_autok_cost(&c, 1) - (2.0 + 14.0 / 6)) < 1e-9);
+    /* the 6th sample of width 1 is clipped to 8 x 2 = 16; the speed factor moves by 0.15 towards
+     * 16 / 2 (to 2.05) and c(1) by 1/6 towards 16 / 2.05; in seconds: 2.05 c(1) (unclipped: ~160) */
+    assert_true(fabs(c.speed - 2.05) < 1e-12);
+    assert_true(fabs(ink_autok_cost(&c, 1) - 2.05 * (2.0 + (16.0 / 2.05 - 2.0) / 6)) < 1e-9);
+    /* drift common to every width lands in the speed factor: width 4, measured once at 5 s when the
+     * machine was at speed 1, is now estimated at 5 x 2.05 s, and the choice between widths does not
+     * move (their costs scale together) */
+    assert_true(fabs(ink_autok_cost(&c, 4) - 5.0 * 2.05) < 1e-9);
 }
 
 static void test_nan_logits_stop_with_position(void **state)

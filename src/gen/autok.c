@@ -3,19 +3,21 @@
 
 #include <string.h>
 
-#define EXPLORE 16        /* rounds before the first exploration in each direction */
-#define EXPLORE_MAX 256   /* the longest wait between explorations in one direction */
+#define EXPLORE 8         /* rounds before the first exploration in each direction */
+#define EXPLORE_MAX 64    /* the longest wait between explorations in one direction */
 #define LAMBDA_A 0.04     /* smoothing of the acceptance estimates (~25 observations) */
 #define LAMBDA_C 0.10     /* smoothing of the costs (~10 rounds) */
 #define PRIOR_A 0.5       /* acceptance assumed for a position never observed (and nothing before it) */
 #define PRIOR_N 2.0       /* the weight of a position's prior (PRIOR_A, or the shallower position's estimate) */
 #define CLIP 8.0          /* a round slower than CLIP x its estimate (a preemption) counts as CLIP x */
+#define LAMBDA_S 0.15     /* how fast the speed factor follows an established width's rounds */
 
 void ink_autok_init(ink_autok *c, int kmax)
 {
     memset(c, 0, sizeof *c);
     c->kmax = kmax < 1 ? 1 : kmax > INK_MAX_BLOCK ? INK_MAX_BLOCK : kmax;
     c->gap[0] = c->gap[1] = EXPLORE, c->next[0] = EXPLORE, c->next[1] = EXPLORE + EXPLORE / 2;
+    c->speed = 1.0;
 }
 
 /* Running mean for the first 1/lambda samples, then an exponential average. */
@@ -41,7 +43,8 @@ double ink_autok_expected(const ink_autok *c, int K)
     return e;
 }
 
-double ink_autok_cost(const ink_autok *c, int K)
+/* c(K) in units of the speed factor (what decisions compare: the factor is common to all widths) */
+static double base_cost(const ink_autok *c, int K)
 {
     if (c->cost_n[K]) return c->cost[K];
     int lo = K - 1, hi = K + 1;
@@ -55,13 +58,15 @@ double ink_autok_cost(const ink_autok *c, int K)
     return est > 0 ? est : 0;
 }
 
+double ink_autok_cost(const ink_autok *c, int K) { return c->speed * base_cost(c, K); }
+
 int ink_autok_best(const ink_autok *c)
 {
     if (c->cost_n[1] < 2) return 1; /* the first rounds measure a plain step */
     int best = 1;
     double br = 0;
     for (int K = 1; K <= c->kmax; K++) {
-        double cost = ink_autok_cost(c, K);
+        double cost = base_cost(c, K);
         if (!(cost > 0)) continue;
         double r = ink_autok_expected(c, K) / cost;
         if (r > br * (1 + 1e-9)) br = r, best = K; /* ties go to the narrower width */
@@ -84,7 +89,7 @@ int ink_autok_choose(ink_autok *c)
         if (c->round < c->next[dir]) continue;
         /* a wider width that loses even if every draft were accepted: only acceptance could change
          * that, and it cannot; its cost is re-measured only every EXPLORE_MAX rounds */
-        double ck = ink_autok_cost(c, k), cb = ink_autok_cost(c, best);
+        double ck = base_cost(c, k), cb = base_cost(c, best);
         if (!dir && ck > 0 && cb > 0 && c->cost_n[k] >= 3 && k / ck < ink_autok_expected(c, best) / cb &&
             c->gap[dir] < EXPLORE_MAX) {
             c->gap[dir] = EXPLORE_MAX, c->next[dir] = c->round + EXPLORE_MAX;
@@ -102,6 +107,11 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
     int timed = seconds >= 0, explored = c->explore_k == K, dir = c->explore_dir;
     if (timed) {
         int n = c->cost_n[K];
+        if (n >= 3) { /* an established width: the speed factor first, then c(K) from what is left */
+            if (seconds > CLIP * c->speed * c->cost[K]) seconds = CLIP * c->speed * c->cost[K];
+            c->speed += LAMBDA_S * (seconds / c->cost[K] - c->speed);
+        }
+        seconds /= c->speed, draft_seconds /= c->speed; /* in units of the speed factor from here on */
         if (n < 3) { /* the median of the first samples */
             double *f = c->first[K], lo, hi, m;
             f[n] = seconds, c->cost_n[K] = ++n;
@@ -112,10 +122,8 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
                 m = f[2] < lo ? lo : f[2] > hi ? hi : f[2];
             }
             c->cost[K] = m;
-        } else {
-            if (seconds > CLIP * c->cost[K]) seconds = CLIP * c->cost[K];
+        } else
             smooth(&c->cost[K], &c->cost_n[K], seconds, LAMBDA_C);
-        }
         if (M > 0) smooth(&c->draft_cost, &c->draft_n, draft_seconds / M, LAMBDA_C);
     }
     /* draft j + 1 was tested iff drafts 1..j were accepted (j <= a), and kept iff j < a. The first

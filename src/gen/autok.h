@@ -15,6 +15,14 @@
  * every width look like a plain step, and the first two rounds of a fresh controller are plain
  * steps (c(1) is the yardstick).
  *
+ * Drift. A round's time is modelled as speed x c(K): `speed` follows the machine (a core that got
+ * busier or quieter, a clock that ramped), c(K) the width. Every timed round of an established
+ * width moves `speed` quickly (LAMBDA_S) towards seconds / c(K), and c(K) slowly towards seconds /
+ * speed, so a drift common to all widths lands in `speed` and the widths measured rarely (the
+ * explored neighbours) keep their place relative to the one in use. Without it, a neighbour measured
+ * during a slow phase (the first rounds of a run: 10.5 ms per round of width 3 there, 7.5 ms later)
+ * kept that cost until its next exploration and lost every comparison in between.
+ *
  * Exploration. A width never measured is estimated optimistically: the cost of the nearest measured
  * width below plus the measured cost of a draft per extra row (the verify's extra rows are assumed
  * free), so a width that might win gets tried once and is then known. Now and then a round tries a
@@ -46,6 +54,7 @@ typedef struct ink_autok {
     double first[INK_MAX_BLOCK + 1][3];    /* a width's first samples: its estimate is their median */
     double draft_cost;                     /* smoothed seconds per draft (draft phase / drafts) */
     int draft_n;
+    double speed;                          /* the machine's current speed factor (see below) */
 } ink_autok;
 
 /* Forgets everything; widths 1 .. kmax (clamped to 1 .. INK_MAX_BLOCK). */
@@ -53,8 +62,8 @@ void ink_autok_init(ink_autok *c, int kmax);
 
 /* E(K): expected tokens a round of width K emits under the current acceptance estimates. */
 double ink_autok_expected(const ink_autok *c, int K);
-/* c(K) as the controller sees it: measured, or the optimistic estimate for an unmeasured width;
- * 0 when nothing at all is measured yet. */
+/* c(K) as the controller sees it, in seconds at the current speed: measured, or the optimistic
+ * estimate for an unmeasured width; 0 when nothing at all is measured yet. */
 double ink_autok_cost(const ink_autok *c, int K);
 /* The width with the best E(K) / c(K) (no exploration). */
 int ink_autok_best(const ink_autok *c);

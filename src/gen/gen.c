@@ -75,6 +75,7 @@ struct ink_gen {
     /* the adaptive draft length (gen/autok.h): kept across runs while drafter, mode and range match */
     int autok, k_next, seed_stale;
     double carry_s, ta, tb; /* ta, tb: the round in progress began / finished drafting */
+    double follow_s;        /* auto: seconds in follow() since the last observation (left out of it) */
     int woke;                /* this round restarted a dormant depth (wake) */
     /* auto: depths 0..n_live-1 keep their history; the others are dormant (not maintained) until a
      * round drafts with them, when they restart from the last WAKE rows (see wake()) */
@@ -93,6 +94,7 @@ typedef struct ink_gen gen;
 #define RING 256 /* > 2 * CH + K + D: rows the pipeline and a round can need */
 #define CH INK_CHUNK /* prefill and depth-advance step: one forward of the target or a depth (model.h) */
 #define LAG 48   /* auto K: depths a round does not draft with catch up once they lag this many rows */
+#define LAGGED 6 /* auto K: a depth a round drafts with catches up first (untimed) past this many rows */
 #define WAKE 64  /* auto K: rows of history a dormant depth restarts from (<= CH) */
 #define LIVE 16  /* auto K: a depth not drafted with for this many rounds goes dormant */
 #define CKPT_EVERY 256 /* prompt cache: prefill checkpoints at multiples of this (and at P - 1) */
@@ -213,7 +215,15 @@ static void retire(gen *g)
  * either way, so the drafts do not depend on when a depth caught up. */
 static void follow(gen *g, int n)
 {
-    if (!g->autok || lag(g, n) >= LAG) catch_up(g, n - 1, n);
+    if (!g->autok) catch_up(g, n - 1, n);
+    else if (lag(g, n) >= LAG) {
+        /* a batch of ~LAG rows lands in whichever round crosses the lag: the cost of keeping depths
+         * live, not of that round's width, so the controller does not see it (it made the round's
+         * width look ~1 step dearer, at random; widths tried rarely suffered most) */
+        double t0 = ink_now_s();
+        catch_up(g, n - 1, n);
+        g->follow_s += ink_now_s() - t0;
+    }
 }
 
 /* ---- mode P draft phase (mtp.md 7.3) ---------------------------------------------------- */
@@ -262,6 +272,19 @@ static void draft_per_depth_many(gen *const *G, int k)
         for (int m = 0; m < M; m++) bulk |= n - g->F[m] > CH;
         /* after the prefill: the chunked pipeline first, which leaves only provisional rows (nc = 0) */
         if (bulk) catch_up(g, n - 1, n);
+        else if (g->autok) {
+            /* auto: a depth this round drafts with may lag by up to LAG rows (it was followed in
+             * batches while narrower rounds ran); those rows go through a timed catch-up that the
+             * controller does not see, as follow()'s batches, so an explored wider width is timed
+             * at what it costs round after round (its first rounds cost up to a step more) */
+            int lagged = 0;
+            for (int m = 0; m < M; m++) lagged |= n - g->F[m] > LAGGED;
+            if (lagged) {
+                double t0 = ink_now_s();
+                catch_up(g, n - 1, n);
+                g->follow_s += ink_now_s() - t0;
+            }
+        }
         if (M > Mx) Mx = M;
     }
     for (int m = 0; m < Mx; m++) {
@@ -449,7 +472,7 @@ static void configure(gen *g, const ink_gen_opts *o, ink_gen_stats *st)
         ink_autok_init(&g->ak, g->K); /* what was measured with another drafter, mode or range is void */
         g->ak_drafter = g->d, g->ak_mode = g->mode, g->ak_kmax = g->K;
     }
-    g->seed_stale = 0, g->carry_s = 0, g->woke = 0;
+    g->seed_stale = 0, g->carry_s = 0, g->woke = 0, g->follow_s = 0;
 }
 
 /* The width of the next round: fixed, the test hook's, or the controller's. */
@@ -869,9 +892,9 @@ int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err)
     double td = ink_now_s();
     if (g->autok) { /* the next width is chosen before the drafter update, which may skip the seed */
         /* a round that restarted dormant depths (their last 64 rows) costs more than its width does */
-        double sec = g->woke ? -1 : td - ta + g->carry_s;
-        ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, sec, tb - ta + g->carry_s);
-        g->woke = 0;
+        double sec = g->woke ? -1 : td - ta + g->carry_s - g->follow_s;
+        ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, sec, tb - ta + g->carry_s - g->follow_s);
+        g->woke = 0, g->follow_s = 0;
         g->rounds_run++;
         retire(g);
         g->k_next = next_width(g);
