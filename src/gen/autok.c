@@ -4,7 +4,11 @@
 #include <string.h>
 
 #define EXPLORE 8         /* rounds before the first exploration in each direction */
-#define EXPLORE_MAX 64    /* the longest wait between explorations in one direction */
+#define EXPLORE_MAX 64    /* the longest wait between explorations in one direction while drafting */
+#define EXPLORE_MAX_PLAIN 1024 /* ... and while plain steps are best: exploring then means restarting
+                                  * dormant depths, which costs ~8 plain steps on a model that runs
+                                  * from cache (where plain wins); 1 in 64 rounds cost the bundled
+                                  * model ~10 % */
 #define LAMBDA_A 0.04     /* smoothing of the acceptance estimates (~25 observations) */
 #define LAMBDA_C 0.10     /* smoothing of the costs (~10 rounds) */
 #define PRIOR_A 0.5       /* acceptance assumed for a position never observed (and nothing before it) */
@@ -63,9 +67,16 @@ double ink_autok_cost(const ink_autok *c, int K) { return c->speed * base_cost(c
 int ink_autok_best(const ink_autok *c)
 {
     if (c->cost_n[1] < 2) return 1; /* the first rounds measure a plain step */
+    /* unmeasured widths one past the widest measured at most: the optimistic estimate of a width
+     * far beyond (its drafts' cost unknown yet, its extra verify rows assumed free) sent a fresh
+     * controller straight to the widest, whose first round restarts every depth (on the bundled
+     * model ~8 plain steps' time); climbing one width at a time stops at the first that loses */
+    int reach = 1;
+    for (int K = 1; K <= c->kmax; K++)
+        if (c->cost_n[K]) reach = K;
     int best = 1;
     double br = 0;
-    for (int K = 1; K <= c->kmax; K++) {
+    for (int K = 1; K <= c->kmax && K <= reach + 1; K++) {
         double cost = base_cost(c, K);
         if (!(cost > 0)) continue;
         double r = ink_autok_expected(c, K) / cost;
@@ -88,11 +99,12 @@ int ink_autok_choose(ink_autok *c)
         }
         if (c->round < c->next[dir]) continue;
         /* a wider width that loses even if every draft were accepted: only acceptance could change
-         * that, and it cannot; its cost is re-measured only every EXPLORE_MAX rounds */
+         * that, and it cannot; its cost is re-measured only every EXPLORE_MAX(_PLAIN) rounds */
         double ck = base_cost(c, k), cb = base_cost(c, best);
+        int cap = best == 1 ? EXPLORE_MAX_PLAIN : EXPLORE_MAX;
         if (!dir && ck > 0 && cb > 0 && c->cost_n[k] >= 3 && k / ck < ink_autok_expected(c, best) / cb &&
-            c->gap[dir] < EXPLORE_MAX) {
-            c->gap[dir] = EXPLORE_MAX, c->next[dir] = c->round + EXPLORE_MAX;
+            c->gap[dir] < cap) {
+            c->gap[dir] = cap, c->next[dir] = c->round + cap;
             continue;
         }
         c->explore_k = k, c->explore_dir = dir;
@@ -143,7 +155,7 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
         if (!timed) c->next[dir] = c->round + 1; /* its cost was not measured: try it again next round */
         else { /* a neighbour that now looks best resets its direction's wait, one that lost doubles it */
             if (ink_autok_best(c) == K) c->gap[dir] = EXPLORE;
-            else if (c->gap[dir] < EXPLORE_MAX) c->gap[dir] *= 2;
+            else if (c->gap[dir] < (ink_autok_best(c) == 1 ? EXPLORE_MAX_PLAIN : EXPLORE_MAX)) c->gap[dir] *= 2;
             c->next[dir] = c->round + c->gap[dir];
         }
         c->explore_k = 0;

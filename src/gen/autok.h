@@ -25,10 +25,13 @@
  *
  * Exploration. A width never measured is estimated optimistically: the cost of the nearest measured
  * width below plus the measured cost of a draft per extra row (the verify's extra rows are assumed
- * free), so a width that might win gets tried once and is then known. Now and then a round tries a
+ * free), so a width that might win gets tried once and is then known; only one width past the
+ * widest measured is a candidate, so a fresh controller climbs one width at a time instead of
+ * jumping to the widest (whose first round restarts every depth). Now and then a round tries a
  * neighbour of the best width, one up or one down: that keeps the neighbours' costs and the deeper
  * positions' acceptance current. Each direction waits EXPLORE rounds at first; an exploration that
- * loses doubles its direction's wait (up to EXPLORE_MAX), one that wins resets it, so a settled
+ * loses doubles its direction's wait (up to 64 rounds while drafting, 1,024 while plain steps are best:
+ * exploring from plain steps restarts dormant depths, dear where plain wins), one that wins resets it, so a settled
  * choice costs a fraction of a % while a change in the text is noticed within a few hundred rounds.
  *
  * Choosing K from the past keeps speculative decoding lossless: greedy output equals plain decoding

@@ -76,6 +76,7 @@ struct ink_gen {
     int autok, k_next, seed_stale;
     double carry_s, ta, tb; /* ta, tb: the round in progress began / finished drafting */
     double follow_s;        /* auto: seconds in follow() since the last observation (left out of it) */
+    int run_rounds;         /* rounds of this run so far (the first WARM are not timed) */
     int woke;                /* this round restarted a dormant depth (wake) */
     /* auto: depths 0..n_live-1 keep their history; the others are dormant (not maintained) until a
      * round drafts with them, when they restart from the last WAKE rows (see wake()) */
@@ -95,6 +96,11 @@ typedef struct ink_gen gen;
 #define CH INK_CHUNK /* prefill and depth-advance step: one forward of the target or a depth (model.h) */
 #define LAG 48   /* auto K: depths a round does not draft with catch up once they lag this many rows */
 #define LAGGED 6 /* auto K: a depth a round drafts with catches up first (untimed) past this many rows */
+/* auto K: the first rounds of every run are not timed (their acceptance counts): after a prompt's
+ * prefill they ran 1.2-3x slower than the rounds after them (bundled model: 1.1-2.4 ms, then 0.3;
+ * 160 MiB twin: 6.0-6.8, then 5.2), and as the controller's first plain-step samples they made c(1)
+ * look twice what plain decoding costs, so drafting seemed to pay where every width loses */
+#define WARM 3
 #define WAKE 64  /* auto K: rows of history a dormant depth restarts from (<= CH) */
 #define LIVE 16  /* auto K: a depth not drafted with for this many rounds goes dormant */
 #define CKPT_EVERY 256 /* prompt cache: prefill checkpoints at multiples of this (and at P - 1) */
@@ -472,7 +478,7 @@ static void configure(gen *g, const ink_gen_opts *o, ink_gen_stats *st)
         ink_autok_init(&g->ak, g->K); /* what was measured with another drafter, mode or range is void */
         g->ak_drafter = g->d, g->ak_mode = g->mode, g->ak_kmax = g->K;
     }
-    g->seed_stale = 0, g->carry_s = 0, g->woke = 0, g->follow_s = 0;
+    g->seed_stale = 0, g->carry_s = 0, g->woke = 0, g->follow_s = 0, g->run_rounds = 0;
 }
 
 /* The width of the next round: fixed, the test hook's, or the controller's. */
@@ -683,7 +689,7 @@ static void report_controller(const gen *g, ink_gen_stats *st)
     st->ctl_kmax = c->kmax, st->ctl_best = ink_autok_best(c);
     for (int K = 1; K <= c->kmax; K++) {
         double cost = ink_autok_cost(c, K);
-        st->ctl_cost_s[K] = c->cost_n[K] ? c->cost[K] : 0, st->ctl_cost_n[K] = c->cost_n[K];
+        st->ctl_cost_s[K] = c->cost_n[K] ? cost : 0, st->ctl_cost_n[K] = c->cost_n[K];
         st->ctl_expected[K] = ink_autok_expected(c, K);
         st->ctl_rate[K] = cost > 0 ? st->ctl_expected[K] / cost : 0;
     }
@@ -892,7 +898,8 @@ int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err)
     double td = ink_now_s();
     if (g->autok) { /* the next width is chosen before the drafter update, which may skip the seed */
         /* a round that restarted dormant depths (their last 64 rows) costs more than its width does */
-        double sec = g->woke ? -1 : td - ta + g->carry_s - g->follow_s;
+        double sec = g->woke || g->run_rounds < WARM ? -1 : td - ta + g->carry_s - g->follow_s;
+        g->run_rounds++;
         ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, sec, tb - ta + g->carry_s - g->follow_s);
         g->woke = 0, g->follow_s = 0;
         g->rounds_run++;
