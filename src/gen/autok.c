@@ -16,6 +16,9 @@
 #define CLIP 8.0          /* a round slower than CLIP x its estimate (a preemption) counts as CLIP x */
 #define LAMBDA_S 0.15     /* how fast the speed factor follows an established width's rounds */
 
+/* The longest wait between explorations while `best` is the best width. */
+static int explore_cap(int best) { return best == 1 ? EXPLORE_MAX_PLAIN : EXPLORE_MAX; }
+
 void ink_autok_init(ink_autok *c, int kmax)
 {
     memset(c, 0, sizeof *c);
@@ -101,7 +104,7 @@ int ink_autok_choose(ink_autok *c)
         /* a wider width that loses even if every draft were accepted: only acceptance could change
          * that, and it cannot; its cost is re-measured only every EXPLORE_MAX(_PLAIN) rounds */
         double ck = base_cost(c, k), cb = base_cost(c, best);
-        int cap = best == 1 ? EXPLORE_MAX_PLAIN : EXPLORE_MAX;
+        int cap = explore_cap(best);
         if (!dir && ck > 0 && cb > 0 && c->cost_n[k] >= 3 && k / ck < ink_autok_expected(c, best) / cb &&
             c->gap[dir] < cap) {
             c->gap[dir] = cap, c->next[dir] = c->round + cap;
@@ -154,8 +157,9 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
     if (explored) {
         if (!timed) c->next[dir] = c->round + 1; /* its cost was not measured: try it again next round */
         else { /* a neighbour that now looks best resets its direction's wait, one that lost doubles it */
-            if (ink_autok_best(c) == K) c->gap[dir] = EXPLORE;
-            else if (c->gap[dir] < (ink_autok_best(c) == 1 ? EXPLORE_MAX_PLAIN : EXPLORE_MAX)) c->gap[dir] *= 2;
+            int best = ink_autok_best(c);
+            if (best == K) c->gap[dir] = EXPLORE;
+            else if (c->gap[dir] < explore_cap(best)) c->gap[dir] *= 2;
             c->next[dir] = c->round + c->gap[dir];
         }
         c->explore_k = 0;

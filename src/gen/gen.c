@@ -219,17 +219,21 @@ static void retire(gen *g)
  * catch up in batches of about LAG rows (one pass over a depth's weights for many rows, which is
  * what makes a plain step under auto nearly as cheap as plain decoding). Rows are computed the same
  * either way, so the drafts do not depend on when a depth caught up. */
+/* Auto K: a catch-up whose time the controller does not see (g->follow_s is left out of the
+ * round's cost): the cost of keeping depths live, not of the round's width. */
+static void catch_up_untimed(gen *g, int n)
+{
+    double t0 = ink_now_s();
+    catch_up(g, n - 1, n);
+    g->follow_s += ink_now_s() - t0;
+}
+
 static void follow(gen *g, int n)
 {
     if (!g->autok) catch_up(g, n - 1, n);
-    else if (lag(g, n) >= LAG) {
-        /* a batch of ~LAG rows lands in whichever round crosses the lag: the cost of keeping depths
-         * live, not of that round's width, so the controller does not see it (it made the round's
-         * width look ~1 step dearer, at random; widths tried rarely suffered most) */
-        double t0 = ink_now_s();
-        catch_up(g, n - 1, n);
-        g->follow_s += ink_now_s() - t0;
-    }
+    /* a batch of ~LAG rows lands in whichever round crosses the lag (charged to it, it made the
+     * round's width look ~1 step dearer, at random; widths tried rarely suffered most) */
+    else if (lag(g, n) >= LAG) catch_up_untimed(g, n);
 }
 
 /* ---- mode P draft phase (mtp.md 7.3) ---------------------------------------------------- */
@@ -285,11 +289,7 @@ static void draft_per_depth_many(gen *const *G, int k)
              * at what it costs round after round (its first rounds cost up to a step more) */
             int lagged = 0;
             for (int m = 0; m < M; m++) lagged |= n - g->F[m] > LAGGED;
-            if (lagged) {
-                double t0 = ink_now_s();
-                catch_up(g, n - 1, n);
-                g->follow_s += ink_now_s() - t0;
-            }
+            if (lagged) catch_up_untimed(g, n);
         }
         if (M > Mx) Mx = M;
     }
