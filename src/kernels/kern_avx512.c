@@ -114,15 +114,17 @@ AI __m512 ldw_m(const int dt, const void *p, size_t off, __mmask16 m)
     return _mm512_cvtph_ps(h);
 }
 
-/* acc[r*NTM+t] += W[r][k0..k1) . x[t][k0..k1) in lanes; k1 - k0 may end in a partial step only at K */
+/* acc[r*LDA+t] += W[r][k0..k1) . x[t][k0..k1) in lanes (LDA: NTM, or FNT for frows_nt); k1 - k0 may end
+ * in a partial step only at K */
+#define FNT 5 /* frows_nt: tokens in one pass (T = 5: one pass of 4 x 5 accumulators, not 4 + 1) */
 AI void ftile(const int dt, const void *w, size_t ldw_, const float *x, size_t ldx, int k0, int k1,
-              __m512 *acc, const int NR, const int NT)
+              __m512 *acc, const int NR, const int NT, const int LDA)
 {
-    __m512 a[NRM][NTM];
+    __m512 a[NRM][FNT];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) a[r][t] = acc[r * NTM + t];
+#pragma GCC unroll 6
+        for (int t = 0; t < NT; t++) a[r][t] = acc[r * LDA + t];
     int kf = k0 + ((k1 - k0) & ~15);
     const size_t es = dt == INK_DT_F32 ? 4 : 2;
     const int burst = (size_t)(k1 - k0) * es <= 1024; /* short rows: the tile's lines ahead, all at once */
@@ -138,7 +140,7 @@ AI void ftile(const int dt, const void *w, size_t ldw_, const float *x, size_t l
                 pf_ahead((const uint8_t *)w + ((size_t)r * ldw_ + (size_t)k) * es);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) wv[r] = ldw(dt, w, (size_t)r * ldw_ + (size_t)k);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int t = 0; t < NT; t++) {
             __m512 xv = _mm512_loadu_ps(x + (size_t)t * ldx + k);
 #pragma GCC unroll 4
@@ -150,7 +152,7 @@ AI void ftile(const int dt, const void *w, size_t ldw_, const float *x, size_t l
         __m512 wv[NRM];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) wv[r] = ldw_m(dt, w, (size_t)r * ldw_ + (size_t)kf, m);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int t = 0; t < NT; t++) {
             __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)t * ldx + kf);
 #pragma GCC unroll 4
@@ -159,8 +161,8 @@ AI void ftile(const int dt, const void *w, size_t ldw_, const float *x, size_t l
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) acc[r * NTM + t] = a[r][t];
+#pragma GCC unroll 6
+        for (int t = 0; t < NT; t++) acc[r * LDA + t] = a[r][t];
 }
 
 #define TILE_CASES(CALL)                                                                                          \
@@ -186,7 +188,7 @@ AI void ftile(const int dt, const void *w, size_t ldw_, const float *x, size_t l
 typedef void (*tile_fn)(const ink_mat *W, int r0, const float *x, size_t ldx, int k0, int k1, __m512 *acc, int nr,
                         int nt);
 
-#define FC_DT(DT, NR_, NT_) ftile(DT, w, ldw_, x, ldx, k0, k1, acc, NR_, NT_)
+#define FC_DT(DT, NR_, NT_) ftile(DT, w, ldw_, x, ldx, k0, k1, acc, NR_, NT_, NTM)
 #define FC_0(NR_, NT_) FC_DT(INK_DT_F32, NR_, NT_)
 #define FC_1(NR_, NT_) FC_DT(INK_DT_BF16, NR_, NT_)
 #define FC_2(NR_, NT_) FC_DT(INK_DT_F16, NR_, NT_)
@@ -246,26 +248,33 @@ AI void frows_nt(const int dt, const uint8_t *w, size_t ldw_, int K, const float
                  size_t ldy, int r, const int NR, const int NT, const int H4, int rs)
 {
     /* the tile's rows are r + i rs (w, ldw_ = rs rows apart) */
-    __m512 acc[NRM * NTM];
-#pragma GCC unroll 16
-    for (int i = 0; i < NRM * NTM; i++) acc[i] = _mm512_setzero_ps();
-    ftile(dt, w, ldw_, x, ldx, 0, K, acc, NR, NT);
-    if (H4 && NR == NRM) {
+    __m512 acc[NRM * FNT];
+#pragma GCC unroll 20
+    for (int i = 0; i < NRM * FNT; i++) acc[i] = _mm512_setzero_ps();
+    ftile(dt, w, ldw_, x, ldx, 0, K, acc, NR, NT, FNT);
+    int j0 = 0;
+    if (H4 && NR == NRM && NT >= 3) { /* tokens 0 .. min(NT, 4) - 1 by hsum4x4, the rest by hsum16 */
+        __m512 v[16];
         float s[16]; /* through memory: an extract's lane must be an immediate, and -O1 does not unroll */
-        _mm512_storeu_ps(s, hsum4x4(acc));
+#pragma GCC unroll 4
+        for (int i = 0; i < NRM; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) v[i * 4 + j] = j < NT ? acc[i * FNT + j] : _mm512_setzero_ps();
+        _mm512_storeu_ps(s, hsum4x4(v));
+        j0 = NT < 4 ? NT : 4;
         if (rs == 1)
 #pragma GCC unroll 4
-            for (int j = 0; j < NT; j++) memcpy(y + (size_t)j * ldy + r, s + 4 * j, 4 * sizeof(float));
+            for (int j = 0; j < j0; j++) memcpy(y + (size_t)j * ldy + r, s + 4 * j, 4 * sizeof(float));
         else
 #pragma GCC unroll 4
-            for (int j = 0; j < NT; j++)
+            for (int j = 0; j < j0; j++)
 #pragma GCC unroll 4
                 for (int i = 0; i < NRM; i++) y[(size_t)j * ldy + r + i * rs] = s[4 * j + i];
-    } else
+    }
 #pragma GCC unroll 4
-        for (int i = 0; i < NR; i++)
-#pragma GCC unroll 4
-            for (int j = 0; j < NT; j++) y[(size_t)j * ldy + r + i * rs] = hsum16(acc[i * NTM + j]);
+    for (int i = 0; i < NR; i++)
+#pragma GCC unroll 6
+        for (int j = j0; j < NT; j++) y[(size_t)j * ldy + r + i * rs] = hsum16(acc[i * FNT + j]);
 }
 
 /* The row tiles of rows r0 .. r1 - 1: with rows of 1 KiB and more (SPREAD_ROWS), NRM rows Q = ceil(n / NRM)
@@ -293,7 +302,7 @@ AI void frows_nt(const int dt, const uint8_t *w, size_t ldw_, int K, const float
         }                                                                                                         \
     }
 
-/* T <= NTM: one tile width for the whole call (the switch outside the row loop keeps each loop to one
+/* T <= FNT: one tile width for the whole call (the switch outside the row loop keeps each loop to one
  * inlined tile, which the compiler schedules well: a switch per tile halved the T = 4 rate). */
 AI void frows_t(const int dt, const ink_mat *W, const float *x, size_t ldx, float *y, size_t ldy, int r0, int r1,
                 const int NT)
@@ -308,7 +317,9 @@ AI void frows_t(const int dt, const ink_mat *W, const float *x, size_t ldx, floa
 #undef FT_ONE
 }
 
-/* NTM < T <= FROWS_MAXT: per row tile, passes of NTM tokens, then the rest. */
+/* FNT < T <= FROWS_MAXT: per row tile, passes of NTM tokens, then the rest (the later passes read the
+ * tile's rows from L1; from DRAM, T = 8 in two passes of 4 ran 10-15 % faster than in passes of 4 and 4
+ * of a 6-wide tile's function, and T = 6 as 4 + 2 as fast as one pass of 6). */
 AI void frows_wide(const int dt, const ink_mat *W, const float *x, size_t ldx, float *y, size_t ldy, int r0, int T,
                    const int NR, int rs)
 {
@@ -351,6 +362,11 @@ AI void frows_wide(const int dt, const ink_mat *W, const float *x, size_t ldx, f
     {                                                                                                             \
         frows_t(DT, W, x, ldx, y, ldy, r0, r1, 4);                                                                \
     }                                                                                                             \
+    static __attribute__((noinline)) void NAME##_5(const ink_mat *W, const float *x, size_t ldx, float *y,        \
+                                                   size_t ldy, int r0, int r1)                                    \
+    {                                                                                                             \
+        frows_t(DT, W, x, ldx, y, ldy, r0, r1, 5);                                                                \
+    }                                                                                                             \
     static __attribute__((noinline)) void NAME##_w(const ink_mat *W, const float *x, size_t ldx, float *y,        \
                                                    size_t ldy, int r0, int r1, int T)                             \
     {                                                                                                             \
@@ -364,6 +380,7 @@ AI void frows_wide(const int dt, const ink_mat *W, const float *x, size_t ldx, f
         case 2: NAME##_2(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1); break;                                       \
         case 3: NAME##_3(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1); break;                                       \
         case 4: NAME##_4(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1); break;                                       \
+        case 5: NAME##_5(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1); break;                                       \
         default: NAME##_w(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1, T); break;                                   \
         }                                                                                                         \
     }
