@@ -328,11 +328,13 @@ typedef struct ink_gen_stats {
     int k_hist[INK_MAX_BLOCK + 1];
     /* the draft-length controller's view at the end of the run (with a drafter; auto or not):
      * widths 1..ctl_kmax, per width the smoothed seconds per round c(K) (0: never measured),
-     * cost_n the rounds behind it, expected tokens per round E(K), and the predicted tokens per
-     * second E(K) / c(K) (with unmeasured widths estimated as the controller does); alpha[j] the
+     * cost_n the rounds behind it, its yield Y(K) (measured tokens per round over the model's, 1
+     * until measured), expected tokens per round Y(K) E(K), and the predicted tokens per second
+     * Y(K) E(K) / c(K) (with unmeasured widths estimated as the controller does); alpha[j] the
      * smoothed conditional acceptance of draft j+1; ctl_best the width it would choose next. */
     int auto_block, ctl_kmax, ctl_best;
     double ctl_cost_s[INK_MAX_BLOCK + 1], ctl_expected[INK_MAX_BLOCK + 1], ctl_rate[INK_MAX_BLOCK + 1];
+    double ctl_yield[INK_MAX_BLOCK + 1];
     int ctl_cost_n[INK_MAX_BLOCK + 1];
     double ctl_alpha[INK_MAX_DEPTH];
 } ink_gen_stats;

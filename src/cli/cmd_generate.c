@@ -288,9 +288,10 @@ static void write_controller(FILE *f, const ink_gen_stats *st)
             else fprintf(f, "%s%.4f", j ? ", " : "", st->ctl_alpha[j]);
         fprintf(f, "],\n    \"per_k\": [");
         for (int K = 1; K <= st->ctl_kmax; K++)
-            fprintf(f, "%s\n      {\"k\": %d, \"rounds_measured\": %d, \"cost_ms\": %.5f, \"expected_tokens\": %.4f, "
-                       "\"predicted_tok_s\": %.1f}",
-                    K > 1 ? "," : "", K, st->ctl_cost_n[K], st->ctl_cost_s[K] * 1e3, st->ctl_expected[K], st->ctl_rate[K]);
+            fprintf(f, "%s\n      {\"k\": %d, \"rounds_measured\": %d, \"cost_ms\": %.5f, \"yield\": %.4f, "
+                       "\"expected_tokens\": %.4f, \"predicted_tok_s\": %.1f}",
+                    K > 1 ? "," : "", K, st->ctl_cost_n[K], st->ctl_cost_s[K] * 1e3, st->ctl_yield[K], st->ctl_expected[K],
+                    st->ctl_rate[K]);
         fprintf(f, "\n    ]");
     }
     fprintf(f, "}\n}\n");

@@ -1,10 +1,11 @@
 /* autok.c — the adaptive draft length; see autok.h for the model. */
 #include "gen/autok.h"
 
+#include <math.h>
 #include <string.h>
 
 #define EXPLORE 8         /* rounds before the first exploration in each direction */
-#define EXPLORE_MAX 64    /* the longest wait between explorations in one direction while drafting */
+#define EXPLORE_MAX 32    /* the longest wait between explorations in one direction while drafting */
 #define EXPLORE_MAX_PLAIN 1024 /* ... and while plain steps are best: exploring then means restarting
                                   * dormant depths, which costs ~8 plain steps on a model that runs
                                   * from cache (where plain wins); 1 in 64 rounds cost the bundled
@@ -15,6 +16,15 @@
 #define PRIOR_N 2.0       /* the weight of a position's prior (PRIOR_A, or the shallower position's estimate) */
 #define CLIP 8.0          /* a round slower than CLIP x its estimate (a preemption) counts as CLIP x */
 #define LAMBDA_S 0.15     /* how fast the speed factor follows an established width's rounds */
+#define LAMBDA_T 0.01     /* per round: how fast an estimate not observed loses its weight (staleness) */
+#define LAMBDA_Y 0.03     /* smoothing of a width's yield (~33 rounds) */
+#define PRIOR_Y 6.0       /* pseudo-observations of yield 1 behind a width's first rounds */
+#define YDECAY 0.005      /* per round: the staleness of a width's yield (slower than acceptance's) */
+#define YBAND 0.10        /* a yield within 1 +- YBAND counts as 1 (noise: near-equal widths must not flip) */
+#define LAMBDA_TC 0.03    /* per round: the staleness of a width's cost (its first rounds, often the run's
+                           * slow start, must not stick to a width explored only now and then) */
+#define YIELD_LO 0.5
+#define YIELD_HI 1.5
 
 /* The longest wait between explorations while `best` is the best width. */
 static int explore_cap(int best) { return best == 1 ? EXPLORE_MAX_PLAIN : EXPLORE_MAX; }
@@ -41,6 +51,23 @@ static double alpha_of(const ink_autok *c, int j)
     for (; j >= 0; j--)
         if (c->alpha_n[j]) return c->alpha[j];
     return PRIOR_A;
+}
+
+double ink_autok_yield(const ink_autok *c, int K)
+{
+    if (K < 1 || K > INK_MAX_BLOCK || !c->yield_n[K]) return 1.0;
+    double d = c->yield[K] - 1;
+    return 1 + (d > YBAND ? d - YBAND : d < -YBAND ? d + YBAND : 0);
+}
+
+/* One observation x of an estimate v with effective count *w, last observed at round *at: the
+ * count decays with the rounds since, then the observation weighs 1 / count (at least lambda). */
+static void observe_stale(const ink_autok *c, double *v, double *w, int *at, double x, double lambda, double decay)
+{
+    double eff = *w * pow(1 - decay, c->round - *at > 0 ? c->round - *at : 0) + 1, k = 1 / eff;
+    if (k < lambda) k = lambda;
+    *v += k * (x - *v);
+    *w = eff, *at = c->round;
 }
 
 double ink_autok_expected(const ink_autok *c, int K)
@@ -82,7 +109,7 @@ int ink_autok_best(const ink_autok *c)
     for (int K = 1; K <= c->kmax && K <= reach + 1; K++) {
         double cost = base_cost(c, K);
         if (!(cost > 0)) continue;
-        double r = ink_autok_expected(c, K) / cost;
+        double r = ink_autok_yield(c, K) * ink_autok_expected(c, K) / cost;
         if (r > br * (1 + 1e-9)) br = r, best = K; /* ties go to the narrower width */
     }
     return best;
@@ -105,7 +132,7 @@ int ink_autok_choose(ink_autok *c)
          * that, and it cannot; its cost is re-measured only every EXPLORE_MAX(_PLAIN) rounds */
         double ck = base_cost(c, k), cb = base_cost(c, best);
         int cap = explore_cap(best);
-        if (!dir && ck > 0 && cb > 0 && c->cost_n[k] >= 3 && k / ck < ink_autok_expected(c, best) / cb &&
+        if (!dir && ck > 0 && cb > 0 && c->cost_n[k] >= 3 && k / ck < ink_autok_yield(c, best) * ink_autok_expected(c, best) / cb &&
             c->gap[dir] < cap) {
             c->gap[dir] = cap, c->next[dir] = c->round + cap;
             continue;
@@ -136,9 +163,11 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
                 lo = f[0] < f[1] ? f[0] : f[1], hi = f[0] < f[1] ? f[1] : f[0];
                 m = f[2] < lo ? lo : f[2] > hi ? hi : f[2];
             }
-            c->cost[K] = m;
-        } else
-            smooth(&c->cost[K], &c->cost_n[K], seconds, LAMBDA_C);
+            c->cost[K] = m, c->cost_w[K] = n, c->cost_at[K] = c->round;
+        } else {
+            observe_stale(c, &c->cost[K], &c->cost_w[K], &c->cost_at[K], seconds, LAMBDA_C, LAMBDA_TC);
+            c->cost_n[K]++;
+        }
         if (M > 0) smooth(&c->draft_cost, &c->draft_n, draft_seconds / M, LAMBDA_C);
     }
     /* draft j + 1 was tested iff drafts 1..j were accepted (j <= a), and kept iff j < a. The first
@@ -147,11 +176,18 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
      * rejected draft at the start of a run must not set the estimate to 0, which made
      * every width look like a plain step until the next exploration (on a 160 MiB twin, the first
      * ~45 tokens of a run went plain after a first round with no draft accepted) */
+    if (M >= 1 && a >= 0 && a <= M) { /* the width's yield, against what the model predicted for it */
+        double e = ink_autok_expected(c, M + 1), x = (a + 1) / e;
+        if (!c->yield_n[K]) c->yield[K] = 1, c->yield_w[K] = PRIOR_Y, c->yield_at[K] = c->round;
+        observe_stale(c, &c->yield[K], &c->yield_w[K], &c->yield_at[K], x, LAMBDA_Y, YDECAY);
+        c->yield[K] = c->yield[K] < YIELD_LO ? YIELD_LO : c->yield[K] > YIELD_HI ? YIELD_HI : c->yield[K];
+        c->yield_n[K]++;
+    }
     for (int j = 0; j < M && j <= a && j < INK_MAX_DEPTH; j++) {
-        double x = j < a ? 1.0 : 0.0, w = 1.0 / (c->alpha_n[j] + 1 + PRIOR_N);
-        if (!c->alpha_n[j]) c->alpha[j] = alpha_of(c, j - 1); /* what an unobserved position is assumed */
-        if (w < LAMBDA_A) w = LAMBDA_A;
-        c->alpha[j] += w * (x - c->alpha[j]);
+        double x = j < a ? 1.0 : 0.0;
+        if (!c->alpha_n[j]) /* what an unobserved position is assumed, PRIOR_N observations of it */
+            c->alpha[j] = alpha_of(c, j - 1), c->alpha_w[j] = PRIOR_N, c->alpha_at[j] = c->round;
+        observe_stale(c, &c->alpha[j], &c->alpha_w[j], &c->alpha_at[j], x, LAMBDA_A, LAMBDA_T);
         c->alpha_n[j]++;
     }
     if (explored) {

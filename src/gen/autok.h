@@ -8,6 +8,26 @@
  * argmax E(K) / c(K). a_j and c(K) are exponentially smoothed, so the choice follows the text (a
  * repetitive passage raises a_j, free text lowers it) and the machine (a busy core raises c).
  *
+ * Acceptance that depends on the width. On text that repeats (a loop of one verse), where a round
+ * starts depends on K, and with it which drafts fail: on a 160 MiB twin, rounds of width 5 locked
+ * into a phase where every other round rejected draft 2 (0.53) while rounds of width 4 accepted it
+ * (1.0), and the pooled a_j, filled mostly by the width in use, made 4 look as bad as 5. So each
+ * width also keeps its yield Y(K): its rounds' emitted tokens over the E(K) predicted for them
+ * (smoothed over ~33 rounds behind 6 pseudo-rounds of 1, within [0.5, 1.5]; a deviation of up to
+ * 0.1 counts as none, so that near-equal widths do not flip on noise); the width in use has Y ~ 1
+ * by construction, and a neighbour that does better or worse than the pooled model says shows it.
+ * On a synthetic machine with such a lock the controller reached 90 % of the best fixed width
+ * without yields and 98-99 % with them (tests/test_gen.c).
+ *
+ * Staleness. An estimate observed rarely (a deep position or a width seen only when explored) keeps
+ * an effective sample count that decays by (1 - LAMBDA_T) per round since its last observation, so
+ * a new observation after a long gap weighs more than one in a steady stream (never less than
+ * the usual smoothing weight): after the first, low-acceptance rounds of a text, a position seen
+ * only on explorations no longer needs dozens of them to recover. Costs decay the same way
+ * (faster: 3 % per round), so a width first timed in a run's slow start (a 160 MiB twin's first
+ * rounds of width 4 took 10.9 ms, later ones 8.3) is not held to it between explorations; yields
+ * slower (0.5 %).
+ *
  * Robustness. A width's first three rounds give its estimate as their median (one slow round, a cold
  * cache or a preemption, cannot condemn a width that is then never tried again), a position's first
  * acceptance observations are averaged with two pseudo-observations of its prior (1/2 for the first
@@ -30,7 +50,7 @@
  * jumping to the widest (whose first round restarts every depth). Now and then a round tries a
  * neighbour of the best width, one up or one down: that keeps the neighbours' costs and the deeper
  * positions' acceptance current. Each direction waits EXPLORE rounds at first; an exploration that
- * loses doubles its direction's wait (up to 64 rounds while drafting, 1,024 while plain steps are best:
+ * loses doubles its direction's wait (up to 32 rounds while drafting, 1,024 while plain steps are best:
  * exploring from plain steps restarts dormant depths, dear where plain wins), one that wins resets it, so a settled
  * choice costs a fraction of a % while a change in the text is noticed within a few hundred rounds.
  *
@@ -52,8 +72,15 @@ typedef struct ink_autok {
     int gap[2], next[2];                   /* rounds between explorations up / down, and when next */
     double alpha[INK_MAX_DEPTH];           /* smoothed conditional acceptance of draft j + 1 */
     int alpha_n[INK_MAX_DEPTH];
+    double alpha_w[INK_MAX_DEPTH];         /* its effective sample count, decayed by rounds since ... */
+    int alpha_at[INK_MAX_DEPTH];           /* ... its last observation (round number) */
+    double yield[INK_MAX_BLOCK + 1];       /* per width: smoothed emitted tokens / E(K) predicted */
+    double yield_w[INK_MAX_BLOCK + 1];
+    int yield_n[INK_MAX_BLOCK + 1], yield_at[INK_MAX_BLOCK + 1];
     double cost[INK_MAX_BLOCK + 1];        /* smoothed seconds per round of width K */
     int cost_n[INK_MAX_BLOCK + 1];
+    double cost_w[INK_MAX_BLOCK + 1];      /* its effective sample count (decays while unmeasured) */
+    int cost_at[INK_MAX_BLOCK + 1];
     double first[INK_MAX_BLOCK + 1][3];    /* a width's first samples: its estimate is their median */
     double draft_cost;                     /* smoothed seconds per draft (draft phase / drafts) */
     int draft_n;
@@ -65,6 +92,9 @@ void ink_autok_init(ink_autok *c, int kmax);
 
 /* E(K): expected tokens a round of width K emits under the current acceptance estimates. */
 double ink_autok_expected(const ink_autok *c, int K);
+/* Y(K): the width's measured tokens per round over what E(K) predicted for its rounds (1 until it is
+ * measured); the controller ranks widths by Y(K) E(K) / c(K). */
+double ink_autok_yield(const ink_autok *c, int K);
 /* c(K) as the controller sees it, in seconds at the current speed: measured, or the optimistic
  * estimate for an unmeasured width; 0 when nothing at all is measured yet. */
 double ink_autok_cost(const ink_autok *c, int K);

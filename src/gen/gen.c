@@ -690,7 +690,8 @@ static void report_controller(const gen *g, ink_gen_stats *st)
     for (int K = 1; K <= c->kmax; K++) {
         double cost = ink_autok_cost(c, K);
         st->ctl_cost_s[K] = c->cost_n[K] ? cost : 0, st->ctl_cost_n[K] = c->cost_n[K];
-        st->ctl_expected[K] = ink_autok_expected(c, K);
+        st->ctl_yield[K] = ink_autok_yield(c, K);
+        st->ctl_expected[K] = st->ctl_yield[K] * ink_autok_expected(c, K);
         st->ctl_rate[K] = cost > 0 ? st->ctl_expected[K] / cost : 0;
     }
     for (int j = 0; j + 1 < c->kmax && j < INK_MAX_DEPTH; j++) st->ctl_alpha[j] = c->alpha_n[j] ? c->alpha[j] : -1;
