@@ -58,12 +58,16 @@ const char *ink_status_str(int code);
 
 typedef struct ink_model ink_model;
 
-/* Activations of the matmuls on quantized weights (MLX affine 2..8 bit, NVFP4). Float weights
- * (f32/bf16/f16) always use f32 activations. */
+/* Activations of the matmuls. Quantized weights (MLX affine 2..8 bit, NVFP4) take int8 activations
+ * unless F32; float weights take exact f32 activations unless BF16, a fast path that changes numbers
+ * (judged by KL divergence against F32, tests/test_kld.c). */
 enum ink_activations {
     INK_ACT_AUTO = 0, /* int8 activations for integer (quantized) weights, f32 for float weights */
     INK_ACT_F32 = 1,  /* f32 activations everywhere: matches a dequantized-f32 twin to float rounding */
     INK_ACT_INT8 = 2, /* int8 activations for quantized weights (the same as AUTO today) */
+    INK_ACT_BF16 = 3, /* AUTO, and BF16 weights take activations rounded to bf16 (exact products, f32
+                       * sums; vdpbf16ps where the CPU has AVX512_BF16): a verify of K rows or a batch
+                       * of sequences costs about one row where the f32 path is compute-bound */
 };
 
 typedef struct ink_ep_transport ink_ep_transport;
@@ -76,9 +80,9 @@ typedef struct ink_model_opts {
     const ink_ep_transport *expert_parallel;
 } ink_model_opts;
 
-/* Parses "auto", "f32" or "int8" into an enum ink_activations; -1 for anything else. */
+/* Parses "auto", "f32", "int8" or "bf16" into an enum ink_activations; -1 for anything else. */
 int ink_activations_parse(const char *s);
-/* "auto", "f32" or "int8" (static string; NULL for an invalid value). */
+/* "auto", "f32", "int8" or "bf16" (static string; NULL for an invalid value). */
 const char *ink_activations_name(int a);
 
 /* Opens the checkpoint in directory `dir` (config.json + safetensors, sharded or not). Weights are
@@ -128,6 +132,8 @@ int ink_model_n_embd(const ink_model *m);   /* hidden size H */
 int ink_model_n_threads(const ink_model *m);
 /* 1 when the model's quantized matmuls use int8 activations (the resolved ink_model_opts.activations). */
 int ink_model_int8_activations(const ink_model *m);
+/* 1 when the model's BF16 matmuls use bf16 activations (ink_model_opts.activations = INK_ACT_BF16). */
+int ink_model_bf16_activations(const ink_model *m);
 
 /* ---- session ---------------------------------------------------------------------------- */
 

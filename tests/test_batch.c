@@ -1,8 +1,8 @@
 /* test_batch.c — batched evaluation across sessions (ink_batch_eval, issue 18): "a row is a row".
  * Sessions fed in batches of varying mix (which sessions, how many rows each, capture on or off)
  * give logits, hidden rows and states bitwise equal to twins fed one at a time with
- * ink_session_eval; on a float checkpoint and on an MLX 4-bit one (int8 activations), with 1 and 2
- * threads. Bad batches are refused before any state changes. */
+ * ink_session_eval; on a float checkpoint, a BF16 one with bf16 activations and an MLX 4-bit one
+ * (int8 activations), with 1 and 2 threads. Bad batches are refused before any state changes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,18 +27,21 @@ static int rnd(int n)
     return (int)((rng >> 33) % (uint64_t)n);
 }
 
+/* quant: 0 float, 1 MLX 4-bit (int8 activations), 2 BF16 weights with bf16 activations */
 static void run_mix(int quant, int threads)
 {
     tiny_spec sp;
     tiny_default(&sp);
-    if (quant) sp.qbits = 4, sp.qgroup = 32;
+    if (quant == 1) sp.qbits = 4, sp.qgroup = 32;
+    if (quant == 2) sp.bf16 = 1;
     char dir[256];
-    assert_int_equal(tu_tmpdir(dir, sizeof dir, quant ? "batch_q4" : "batch_f32"), 0);
+    assert_int_equal(tu_tmpdir(dir, sizeof dir, quant == 1 ? "batch_q4" : quant ? "batch_bf16x" : "batch_f32"), 0);
     assert_int_equal(tiny_write(dir, &sp), 0);
     ink_model *m = NULL;
     ink_err e = {0};
-    ink_model_opts mo = {.n_threads = threads};
+    ink_model_opts mo = {.n_threads = threads, .activations = quant == 2 ? INK_ACT_BF16 : INK_ACT_AUTO};
     assert_int_equal(ink_model_open(&m, dir, &mo, &e), 0);
+    assert_int_equal(ink_model_bf16_activations(m), quant == 2);
     int V = ink_model_n_vocab(m), H = ink_model_get_info(m)->hidden;
     ink_session *a[NS], *b[NS];
     for (int i = 0; i < NS; i++) {
@@ -318,6 +321,7 @@ static void test_shared_drafters_batched_q4(void **state) { (void)state; run_sha
 static void test_batch_f32_one_thread(void **state) { (void)state; run_mix(0, 1); }
 static void test_batch_f32_two_threads(void **state) { (void)state; run_mix(0, 2); }
 static void test_batch_q4_int8_activations(void **state) { (void)state; run_mix(1, 2); }
+static void test_batch_bf16_activations(void **state) { (void)state; run_mix(2, 2); }
 
 int main(void)
 {
@@ -325,6 +329,7 @@ int main(void)
         cmocka_unit_test(test_batch_f32_one_thread),
         cmocka_unit_test(test_batch_f32_two_threads),
         cmocka_unit_test(test_batch_q4_int8_activations),
+        cmocka_unit_test(test_batch_bf16_activations),
         cmocka_unit_test(test_generators_batched_equal_alone),
         cmocka_unit_test(test_shared_drafters_batched_f32),
         cmocka_unit_test(test_shared_drafters_batched_q4),

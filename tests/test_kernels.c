@@ -525,12 +525,105 @@ static void test_attn_sets(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attn(&cases[i]);
 }
 
+/* bf16 activations: the AVX-512 fill gives ink_bf16x_round's bits (ties, denormals, NaN, overflow);
+ * every set's result equals the double dot product of the weights with the rounded x within the
+ * float tolerance and the unrounded one within bf16's; per token bitwise the same in any T (1..20)
+ * and thread count (1..3); views the path does not apply to keep the exact f32 path. */
+static void check_bf16x(int rows, int cols)
+{
+    tmat t = make(INK_DT_BF16, 0, 0, rows, cols);
+    t.m.bf16x = 1;
+    assert_true(ink_mat_bf16x(&t.m));
+    int T = 20;
+    float *x = malloc((size_t)T * cols * 4), *y = malloc((size_t)T * rows * 4), *one = malloc((size_t)rows * 4);
+    double *ref = malloc((size_t)T * rows * 8), *ex = malloc((size_t)T * rows * 8), *mag = malloc((size_t)T * rows * 8);
+    uint16_t *xr = malloc((size_t)cols * 2);
+    for (int i = 0; i < T * cols; i++) x[i] = frand() * (i % 7 == 0 ? 9.0f : 1.0f);
+    for (int tt = 0; tt < T; tt++) {
+        ink_bf16x_round(xr, x + (size_t)tt * cols, cols);
+        for (int o = 0; o < rows; o++) {
+            double s = 0, e = 0, m = 0;
+            for (int i = 0; i < cols; i++) {
+                double w = ink_bf16_to_f32(((const uint16_t *)t.d)[(size_t)o * cols + i]);
+                s += w * ink_bf16_to_f32(xr[i]), e += w * x[(size_t)tt * cols + i], m += fabs(w * x[(size_t)tt * cols + i]);
+            }
+            ref[(size_t)tt * rows + o] = s, ex[(size_t)tt * rows + o] = e, mag[(size_t)tt * rows + o] = m;
+        }
+    }
+    const ink_kernels *sets[4] = {ink_kernels_scalar(), ink_kernels_avx2(), ink_kernels_avx512(), ink_kernels_neon()};
+    for (int si = 0; si < 4; si++) {
+        if (!sets[si]) continue;
+        for (int nth = 1; nth <= 3; nth++) {
+            ink_pool *p = ink_pool_create(nth);
+            for (int TT = 1; TT <= T; TT += (TT < 10 ? 1 : 5)) {
+                ink_matmul_k(sets[si], p, &t.m, x, cols, TT, y, rows);
+                for (int i = 0; i < TT * rows; i++) {
+                    if (!(fabs(y[i] - ref[i]) <= 2e-5 * (mag[i] + 1e-3)))
+                        fail_msg("%s bf16x %dx%d T %d thr %d: y[%d] %.9g, exact on rounded x %.9g", sets[si]->name, rows,
+                                 cols, TT, nth, i, y[i], ref[i]);
+                    if (!(fabs(y[i] - ex[i]) <= 4e-3 * (mag[i] + 1e-3)))
+                        fail_msg("%s bf16x %dx%d T %d: y[%d] %.9g, f32 value %.9g", sets[si]->name, rows, cols, TT, i,
+                                 y[i], ex[i]);
+                }
+                for (int tt = 0; tt < TT; tt++) {
+                    ink_matmul_k(sets[si], p, &t.m, x + (size_t)tt * cols, cols, 1, one, rows);
+                    if (memcmp(one, y + (size_t)tt * rows, (size_t)rows * 4))
+                        fail_msg("%s bf16x %dx%d: row %d of T=%d thr %d differs from T=1", sets[si]->name, rows, cols, tt,
+                                 TT, nth);
+                }
+            }
+            ink_pool_free(p);
+        }
+    }
+    drop(&t);
+    free(x), free(y), free(one), free(ref), free(ex), free(mag), free(xr);
+}
+
+static void test_bf16x(void **state)
+{
+    (void)state;
+    /* the fill against the scalar rounding */
+    float v[200];
+    uint32_t sp[] = {0x00000001u, 0x80000001u, 0x007fffffu, 0x807fffffu, 0x00800000u, 0x7f7fffffu, 0xff7fffffu,
+                     0x7f800000u, 0xff800000u, 0x7fc00001u, 0xffa12345u, 0x7f812345u, 0x3f808000u, 0x3f818000u,
+                     0x3f808001u, 0x80000000u, 0x00000000u, 0x3f7fffffu};
+    for (int i = 0; i < 200; i++) {
+        union { uint32_t u; float f; } b;
+        if (i < (int)(sizeof sp / sizeof sp[0])) b.u = sp[i];
+        else b.f = ldexpf(frand(), (int)(frand() * 140.0f));
+        v[i] = b.f;
+    }
+    const ink_kernels *k5 = ink_kernels_avx512();
+    if (k5 && k5->bf16x_fill && k5->bf16x_ok && k5->bf16x_ok()) {
+        uint16_t a[200], b[200];
+        for (int n = 1; n <= 200; n += (n < 70 ? 1 : 13)) {
+            memset(a, 0xa5, sizeof a), memset(b, 0xa5, sizeof b);
+            k5->bf16x_fill(a, v, n);
+            ink_bf16x_round(b, v, n);
+            for (int i = 0; i < 200; i++)
+                if (a[i] != b[i]) fail_msg("bf16x fill n %d: [%d] of %08x: %04x, scalar %04x", n, i, 0u, a[i], b[i]);
+        }
+    }
+    int shapes[][2] = {{1, 1}, {7, 13}, {33, 67}, {130, 256}, {9, 1031}, {64, 4100}, {5, 32}, {12, 96}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check_bf16x(shapes[i][0], shapes[i][1]);
+    /* where it does not apply */
+    tmat t = make(INK_DT_F16, 0, 0, 3, 40);
+    t.m.bf16x = 1;
+    assert_false(ink_mat_bf16x(&t.m));
+    drop(&t);
+    t = make(INK_DT_BF16, 0, 0, 1, INK_BX_MAXK + 1);
+    t.m.bf16x = 1;
+    assert_false(ink_mat_bf16x(&t.m));
+    drop(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_packing_vectors), cmocka_unit_test(test_nvfp4_values), cmocka_unit_test(test_float_sets),
         cmocka_unit_test(test_affine_sets),    cmocka_unit_test(test_int8_path),    cmocka_unit_test(test_nvfp4_sets),
         cmocka_unit_test(test_exp_poly),       cmocka_unit_test(test_attn_sets), cmocka_unit_test(test_fused_gate_up),
+        cmocka_unit_test(test_bf16x),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,8 @@
  * mean KL(P_f32 || P_int8) <= 1e-3 and top-1 agreement >= 99 % (ties counted, see TIE) for 4-bit and up and NVFP4; q2 / q3
  * are printed, not gated. Models: the test suite's own MLX / NVFP4 quantizations (tests/support/ckpt.c)
  * of the tiny random model, every width, and the bundled (trained) model requantized here to q4 / q8
- * g64 with the same MLX algorithm. Numbers are printed on stdout.
+ * g64 with the same MLX algorithm. Numbers are printed on stdout. The same gate holds bf16
+ * activations (--activations bf16) on the bundled model's BF16 weights against f32.
  *
  * The tiny models have random weights: at the default weight scale they are chaotic (a 1e-3
  * perturbation of the activations moves the logits by O(1)), at a small one their next-token
@@ -101,12 +102,16 @@ static int argmax(const float *v, int n)
     return b;
 }
 
-/* mean KLD and top-1 agreement of int8 against f32 on the checkpoint in `dir` */
-static void gate(const char *dir, const char *what, int gated, int gate_top1, int vocab_limit, int32_t (*text)[TLEN])
+/* mean KLD and top-1 agreement of the fast path (act: AUTO = int8 for quantized weights, BF16) against
+ * f32 on the checkpoint in `dir` */
+static void gate_act(const char *dir, const char *what, int gated, int gate_top1, int vocab_limit,
+                     int32_t (*text)[TLEN], int act)
 {
-    ink_model *mf = open_act(dir, INK_ACT_F32), *mi = open_act(dir, INK_ACT_AUTO);
+    ink_model *mf = open_act(dir, INK_ACT_F32), *mi = open_act(dir, act);
     assert_int_equal(ink_model_int8_activations(mf), 0);
+    assert_int_equal(ink_model_bf16_activations(mf), 0);
     assert_int_equal(ink_model_int8_activations(mi), 1);
+    assert_int_equal(ink_model_bf16_activations(mi), act == INK_ACT_BF16);
     int V = ink_model_n_vocab(mf), N = n_prompt(text) * TLEN;
     float *a = all_logits(mf, vocab_limit, text), *b = all_logits(mi, vocab_limit, text);
     double *p = malloc((size_t)V * sizeof *p), *q = malloc((size_t)V * sizeof *q), kld = 0, kmax = 0;
@@ -134,6 +139,11 @@ static void gate(const char *dir, const char *what, int gated, int gate_top1, in
                  what, kld, 100.0 * top1, 100.0 * top1t);
     free(p), free(q), free(a), free(b);
     ink_model_free(mf), ink_model_free(mi);
+}
+
+static void gate(const char *dir, const char *what, int gated, int gate_top1, int vocab_limit, int32_t (*text)[TLEN])
+{
+    gate_act(dir, what, gated, gate_top1, vocab_limit, text, INK_ACT_AUTO);
 }
 
 static void qspec(tiny_spec *sp, int bits, int gs)
@@ -339,12 +349,23 @@ static void test_bundled(void **state)
     }
 }
 
+/* bf16 activations (--activations bf16) on the bundled model's own BF16 weights, the same gate */
+static void test_bundled_bf16_activations(void **state)
+{
+    (void)state;
+    const char *src = "models/inkling-kjv";
+    static int32_t text[NPROMPT][TLEN];
+    held_out_text(src, text);
+    gate_act(src, "bundled inkling-kjv bf16 activations", 1, 1, 4096, text, INK_ACT_BF16);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_affine_widths),
         cmocka_unit_test(test_nvfp4),
         cmocka_unit_test(test_bundled),
+        cmocka_unit_test(test_bundled_bf16_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -322,6 +322,55 @@ static void test_greedy_invariant_under_auto(void **state)
     ink_model_free(m);
 }
 
+/* bf16 activations (--activations bf16) keep the guarantee: a row's numbers do not depend on how
+ * many rows share the forward, so greedy output with speculation (K = 1..7 and auto, both modes, both
+ * rollbacks) is the plain output of the same model and activations; BF16 weights, two threads. */
+static void test_greedy_invariant_bf16_activations(void **state)
+{
+    (void)state;
+    tiny_spec sp;
+    tiny_default(&sp);
+    sp.mtp_depth = 3, sp.n_mtp_local = 1, sp.mtp_local[0] = 1, sp.mtp_file = 1, sp.bf16 = 1;
+    char dir[256];
+    assert_int_equal(tu_tmpdir(dir, sizeof dir, "mtp_bf16x"), 0);
+    assert_int_equal(tiny_write(dir, &sp), 0);
+    ink_model *m = NULL, *mf = NULL;
+    ink_err e = {0};
+    ink_model_opts o = {.n_threads = 2, .activations = INK_ACT_BF16}, of = {.n_threads = 2};
+    assert_int_equal(ink_model_open(&m, dir, &o, &e), 0);
+    assert_int_equal(ink_model_open(&mf, dir, &of, &e), 0);
+    assert_int_equal(ink_model_bf16_activations(m), 1);
+    ink_drafter *d = open_drafter(m, dir);
+    assert_non_null(d);
+    ink_session *s, *sf;
+    assert_int_equal(ink_session_create(&s, m, 1024, &e), 0);
+    assert_int_equal(ink_session_create(&sf, mf, 1024, &e), 0);
+    int32_t p[300], plain[64], spec[64];
+    prompt(p, 300, 120, 4242);
+    int np = gen(s, p, 300, NULL, 0, 0, 0, 0, 0, 64, 0, -1, plain, NULL);
+    assert_int_equal(np, 64);
+    /* the path really ran: the prompt's logits differ from the exact path's somewhere */
+    int V = ink_model_n_vocab(m), differ = 0;
+    float *la = malloc((size_t)V * sizeof *la), *lb = malloc((size_t)V * sizeof *lb);
+    ink_session_reset(s), ink_session_reset(sf);
+    ink_eval_out oa = {.logits = la}, ob = {.logits = lb};
+    assert_int_equal(ink_session_eval(s, p, 300, &oa, &e), 0);
+    assert_int_equal(ink_session_eval(sf, p, 300, &ob, &e), 0);
+    for (int i = 0; i < V; i++) differ += la[i] != lb[i];
+    assert_true(differ > 0);
+    for (int mode = 0; mode < 2; mode++)
+        for (int K = 0; K <= 7; K++)
+            for (int cc = 0; cc < 2; cc++) {
+                int ns = gen(s, p, 300, d, K, mode, cc, 0, 0, 64, 0, -1, spec, NULL);
+                assert_int_equal(ns, 64);
+                assert_memory_equal(spec, plain, 64 * sizeof(int32_t));
+            }
+    free(la), free(lb);
+    ink_session_free(s), ink_session_free(sf);
+    ink_drafter_free(d);
+    ink_model_free(m), ink_model_free(mf);
+}
+
 /* The drafts of the first round after a long prompt (the catch-up pipeline: many chunks, wrapped
  * rings) equal a direct computation: every depth run once over the whole sequence in order. */
 static int32_t first_drafts[INK_MAX_DEPTH];
@@ -923,6 +972,7 @@ int main(void)
         cmocka_unit_test(test_traces_equal_golden),
         cmocka_unit_test(test_greedy_invariant_with_speculation),
         cmocka_unit_test(test_greedy_invariant_under_auto),
+        cmocka_unit_test(test_greedy_invariant_bf16_activations),
         cmocka_unit_test(test_rollback_replay_restores_conv_and_kv_exactly),
         cmocka_unit_test(test_eos_and_budget_inside_blocks),
         cmocka_unit_test(test_load_drafter_detects_mtp_tensors_not_config_flag),

@@ -70,7 +70,7 @@ static void usage(FILE *f, const char *cmd)
             "            --frequency-penalty F  --presence-penalty P  --seed S  --stop-eos | --ignore-eos\n"
             "  drafting: --draft-kind auto|none|mtp  --draft-model DIR  --draft-block-size auto|K  --draft-max K\n"
             "            --mtp-mode per-depth|compat  --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
-            "  model:    -t/--threads N  -c N  --check-tensors  --activations auto|f32|int8   (without -m: the bundled default model)\n"
+            "  model:    -t/--threads N  -c N  --check-tensors  --activations auto|f32|int8|bf16   (without -m: the bundled default model)\n"
             "  profile:  --profile (per-op time of decode on stderr, and in --stats-json)\n",
             cmd);
 }
@@ -94,7 +94,7 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
         else if (!strcmp(o, "--activations")) {
             VAL();
             if ((a->activations = ink_activations_parse(v)) < 0) {
-                fprintf(stderr, "inkling %s: --activations must be auto, f32 or int8, found '%s'\n", cmd, v);
+                fprintf(stderr, "inkling %s: --activations must be auto, f32, int8 or bf16, found '%s'\n", cmd, v);
                 return 2;
             }
         } else if (!strcmp(o, "--prompt-ids")) { VAL(); a->ids = v; }

@@ -34,7 +34,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: inkling serve [-m DIR|OWNER/NAME] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--alias NAME]\n"
-            "         [-c N] [-t/--threads N] [--activations auto|f32|int8] [--draft-kind auto|none|mtp] [--draft-model DIR]\n"
+            "         [-c N] [-t/--threads N] [--activations auto|f32|int8|bf16] [--draft-kind auto|none|mtp] [--draft-model DIR]\n"
             "         [--draft-block-size auto|K] [--draft-max K] [--draft-vocab N] [--rollback commit|replay]\n"
             "         [--cache-checkpoints N] [-np/--parallel N]\n"
             "         [--mtp-mode per-depth|compat] [--spec-default on|off] [-n N] [--temp T] [--top-k K]\n"
@@ -129,7 +129,7 @@ static int parse(int argc, char **argv, sargs *s)
         else if (!strcmp(a, "--activations")) {
             VAL();
             if ((s->act = ink_activations_parse(v)) < 0) {
-                fprintf(stderr, "inkling serve: --activations must be auto, f32 or int8, found '%s'\n", v);
+                fprintf(stderr, "inkling serve: --activations must be auto, f32, int8 or bf16, found '%s'\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--draft-kind") || !strcmp(a, "--spec-type")) {

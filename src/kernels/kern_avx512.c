@@ -17,8 +17,9 @@
  * int8 activations (affine every width; NVFP4 as 2 e2m1 + 12, less 12 sum(q)): vpdpbusd of
  * unsigned codes by int8 activations (64 per step,
  * the same quantized activations as every other set), scaled per 32-block by d and per group by s;
- * the bias term b * sum(x) is a separate 16-group dot product per row. vdpbf16ps is not used: it
- * would round f32 activations to bf16. */
+ * the bias term b * sum(x) is a separate 16-group dot product per row. vdpbf16ps only where the
+ * caller asked for activations rounded to bf16 (--activations bf16, the section at the end; compiled
+ * for AVX512_BF16 there and called only when the CPU reports it). */
 #if defined(__x86_64__) && defined(__GNUC__)
 
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vnni")
@@ -1251,9 +1252,178 @@ static double avx512_read(const void *buf, size_t bytes, int streams)
     return (double)_mm512_reduce_add_epi64(t);
 }
 
+/* ---- bf16 activations (AVX512_BF16) ------------------------------------------------------- */
+
+/* A BF16 view by x already rounded to bf16 (kernels.h): per output sixteen lane accumulators, one
+ * vdpbf16ps per step of 32 elements (lane i takes the pair 2i, 2i + 1 of the step), a masked step
+ * for cols % 32 (missing pairs are exact zeros), then hsum16 (or hsum4x4, the same bits). The weights
+ * go to the multiplier as loaded, so a tile of 4 rows x 5 tokens costs 4 loads + 5 loads + 20
+ * instructions per 32 elements where the f32 path needs 8 loads, 8 widenings + 5 loads + 40 FMAs:
+ * the verify of K rows and a batch stay near the cost of one row's weight stream. Tiles and row
+ * spreading as the f32 path's; T > BXT in passes of NTM over each row tile (later passes from L1). */
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vnni,avx512bf16")
+
+#define BXT 5 /* tokens in one pass */
+AI __m512 dpbf(__m512 a, __m512i w, __m512i x) { return _mm512_dpbf16_ps(a, (__m512bh)w, (__m512bh)x); }
+
+AI void bxtile(const uint16_t *w, size_t ldw_, int K, const uint16_t *x, size_t ldx, float *y, size_t ldy, int r,
+               const int NR, const int NT, int rs)
+{
+    __m512 a[NRM][BXT];
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; i++)
+#pragma GCC unroll 5
+        for (int j = 0; j < NT; j++) a[i][j] = _mm512_setzero_ps();
+    int kf = K & ~31;
+    const int burst = (size_t)K * 2 <= 1024;
+    if (burst)
+        for (int i = 0; i < NR; i++)
+            for (size_t b = 0; b < (size_t)K * 2; b += 64) pf_ahead((const uint8_t *)(w + (size_t)i * ldw_) + b);
+    for (int k = 0; k < kf; k += 32) {
+        __m512i wv[NRM];
+#pragma GCC unroll 4
+        for (int i = 0; i < NR; i++) {
+            if (!burst) pf_ahead((const uint8_t *)(w + (size_t)i * ldw_ + k));
+            wv[i] = _mm512_loadu_si512(w + (size_t)i * ldw_ + k);
+        }
+#pragma GCC unroll 5
+        for (int j = 0; j < NT; j++) {
+            __m512i xv = _mm512_loadu_si512(x + (size_t)j * ldx + k);
+#pragma GCC unroll 4
+            for (int i = 0; i < NR; i++) a[i][j] = dpbf(a[i][j], wv[i], xv);
+        }
+    }
+    if (kf < K) {
+        __mmask32 m = (__mmask32)((1ull << (K - kf)) - 1);
+        __m512i wv[NRM];
+#pragma GCC unroll 4
+        for (int i = 0; i < NR; i++) wv[i] = _mm512_maskz_loadu_epi16(m, w + (size_t)i * ldw_ + kf);
+#pragma GCC unroll 5
+        for (int j = 0; j < NT; j++) {
+            __m512i xv = _mm512_maskz_loadu_epi16(m, x + (size_t)j * ldx + kf);
+#pragma GCC unroll 4
+            for (int i = 0; i < NR; i++) a[i][j] = dpbf(a[i][j], wv[i], xv);
+        }
+    }
+    int j0 = 0;
+    if (NR == NRM && NT >= 3) { /* tokens 0 .. min(NT, 4) - 1 by hsum4x4 (hsum16's bits) */
+        __m512 v[16];
+        float s[16];
+#pragma GCC unroll 4
+        for (int i = 0; i < NRM; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) v[i * 4 + j] = j < NT ? a[i][j] : _mm512_setzero_ps();
+        _mm512_storeu_ps(s, hsum4x4(v));
+        j0 = NT < 4 ? NT : 4;
+#pragma GCC unroll 4
+        for (int j = 0; j < j0; j++)
+#pragma GCC unroll 4
+            for (int i = 0; i < NRM; i++) y[(size_t)j * ldy + r + i * rs] = s[4 * j + i];
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; i++)
+#pragma GCC unroll 5
+        for (int j = j0; j < NT; j++) y[(size_t)j * ldy + r + i * rs] = hsum16(a[i][j]);
+}
+
+/* T <= BXT: one tile width per call, rows spread as the f32 path's */
+AI void bx_t(const ink_mat *W, const uint16_t *x, size_t ldx, float *y, size_t ldy, int r0, int r1, const int NT)
+{
+    const uint16_t *base = (const uint16_t *)W->data;
+    size_t ldw_ = W->stride;
+    int K = W->cols;
+#define BX_FULL(o, q) bxtile(base + (size_t)(o) * ldw_, ldw_ * (size_t)(q), K, x, ldx, y, ldy, o, NRM, NT, q)
+#define BX_ONE(o) bxtile(base + (size_t)(o) * ldw_, ldw_, K, x, ldx, y, ldy, o, 1, NT, 1)
+    SPREAD_TILES(r0, r1, NT, BX_FULL, BX_ONE)
+#undef BX_FULL
+#undef BX_ONE
+}
+
+/* T > BXT: per row tile, passes of NTM tokens, then the rest */
+AI void bx_wide(const ink_mat *W, const uint16_t *x, size_t ldx, float *y, size_t ldy, int r0, int T, const int NR,
+                int rs)
+{
+    size_t ldw_ = W->stride * (size_t)rs;
+    const uint16_t *w = (const uint16_t *)W->data + (size_t)r0 * W->stride;
+    int K = W->cols, t = 0;
+    for (; t + NTM <= T; t += NTM)
+        bxtile(w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, NTM, rs);
+    switch (T - t) {
+    case 1: bxtile(w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, 1, rs); break;
+    case 2: bxtile(w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, 2, rs); break;
+    case 3: bxtile(w, ldw_, K, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, r0, NR, 3, rs); break;
+    default: break;
+    }
+}
+
+#define BX_FN(N)                                                                                                  \
+    static __attribute__((noinline)) void bx_##N(const ink_mat *W, const uint16_t *x, size_t ldx, float *y,      \
+                                                 size_t ldy, int r0, int r1)                                      \
+    {                                                                                                             \
+        bx_t(W, x, ldx, y, ldy, r0, r1, N);                                                                       \
+    }
+BX_FN(1)
+BX_FN(2)
+BX_FN(3)
+BX_FN(4)
+BX_FN(5)
+#undef BX_FN
+
+static __attribute__((noinline)) void bx_w(const ink_mat *W, const uint16_t *x, size_t ldx, float *y, size_t ldy,
+                                           int r0, int r1, int T)
+{
+#define BW_FULL(o, q) bx_wide(W, x, ldx, y, ldy, o, T, NRM, q)
+#define BW_ONE(o) bx_wide(W, x, ldx, y, ldy, o, T, 1, 1)
+    SPREAD_TILES(r0, r1, T, BW_FULL, BW_ONE)
+#undef BW_FULL
+#undef BW_ONE
+}
+
+static void avx512_rows_bf16x(const ink_mat *W, const uint16_t *xb, int ldxb, int T, float *y, int ldy, int r0,
+                              int r1)
+{
+    switch (T) {
+    case 0: return;
+    case 1: bx_1(W, xb, (size_t)ldxb, y, (size_t)ldy, r0, r1); break;
+    case 2: bx_2(W, xb, (size_t)ldxb, y, (size_t)ldy, r0, r1); break;
+    case 3: bx_3(W, xb, (size_t)ldxb, y, (size_t)ldy, r0, r1); break;
+    case 4: bx_4(W, xb, (size_t)ldxb, y, (size_t)ldy, r0, r1); break;
+    case 5: bx_5(W, xb, (size_t)ldxb, y, (size_t)ldy, r0, r1); break;
+    default: bx_w(W, xb, (size_t)ldxb, y, (size_t)ldy, r0, r1, T); break;
+    }
+}
+
+/* vcvtne2ps2bf16: round to nearest even, denormal inputs as (signed) zero, NaN quieted: the bits of
+ * ink_bf16x_round (test_kernels checks them on specials and random values). */
+static void avx512_bf16x_fill(uint16_t *dst, const float *x, int n)
+{
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+        _mm512_storeu_si512(dst + i, (__m512i)h);
+    }
+    if (i < n) {
+        int r = n - i;
+        __mmask16 m0 = (__mmask16)(r >= 16 ? 0xffff : (1u << r) - 1);
+        __mmask16 m1 = (__mmask16)(r > 16 ? (1u << (r - 16)) - 1 : 0);
+        __m512bh h = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, x + i + 16), _mm512_maskz_loadu_ps(m0, x + i));
+        _mm512_mask_storeu_epi16(dst + i, (__mmask32)((1ull << r) - 1), (__m512i)h);
+    }
+}
+
+#pragma GCC pop_options
+
+static int avx512_bf16x_ok(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16");
+}
+
 /* The AVX2 FMA probe also measures an AVX-512 machine: on the CPUs here two 256-bit FMA pipes give
  * the same f32 peak as 512-bit FMAs. */
-static const ink_kernels avx512_set = {"avx512", avx512_rows, avx512_attn, avx512_read, ink_avx2_fma};
+static const ink_kernels avx512_set = {"avx512",       avx512_rows,       avx512_attn,      avx512_read,
+                                       ink_avx2_fma,   avx512_rows_bf16x, avx512_bf16x_ok, avx512_bf16x_fill};
 
 const ink_kernels *ink_kernels_avx512_raw(void) { return &avx512_set; }
 

@@ -334,7 +334,7 @@ static void scalar_attn(const ink_attn *a)
     }
 }
 
-static const ink_kernels scalar_set = {"scalar", scalar_rows, scalar_attn, NULL, NULL}; /* probes: the bench's loops */
+static const ink_kernels scalar_set = {"scalar", scalar_rows, scalar_attn, NULL, NULL, NULL, NULL, NULL}; /* probes: the bench's loops */
 
 const ink_kernels *ink_kernels_scalar(void) { return &scalar_set; }
 
@@ -393,12 +393,24 @@ int ink_mat_int8(const ink_mat *W) { return W->int8 && ink_int8_ok(W); }
 
 /* ---- threaded driver ---------------------------------------------------------------------- */
 
+int ink_mat_bf16x(const ink_mat *W) { return W->bf16x && W->dtype == INK_DT_BF16 && W->cols <= INK_BX_MAXK; }
+
+void ink_bf16x_round(uint16_t *dst, const float *x, int n)
+{
+    for (int i = 0; i < n; i++) {
+        union { float f; uint32_t u; } v = {x[i]};
+        if (!(v.u & 0x7f800000u)) v.u &= 0x80000000u; /* zero and denormals: signed zero */
+        dst[i] = ink_f32_to_bf16(v.f);
+    }
+}
+
 typedef struct mm_ctx {
     const ink_kernels *k;
     const ink_mat *W;
     const float *x;
     float *y;
     int ldx, ldy, T, int8;
+    const uint16_t *xb; /* bf16 activations (native path), xb[t * ldx + k] */
 } mm_ctx;
 
 #define MM_CHUNK_MIN ((size_t)256 << 10)
@@ -409,16 +421,65 @@ static void mm_task(void *arg, int q0, int q1, int tid)
     (void)tid;
     mm_ctx *c = arg;
     int R = c->W->rows, r0 = q0 * 4, r1 = q1 * 4 < R ? q1 * 4 : R;
-    if (r1 > r0) c->k->rows(c->W, c->x, c->ldx, c->T, c->y, c->ldy, r0, r1, c->int8);
+    if (r1 <= r0) return;
+    if (c->xb) c->k->rows_bf16x(c->W, c->xb, c->ldx, c->T, c->y, c->ldy, r0, r1);
+    else c->k->rows(c->W, c->x, c->ldx, c->T, c->y, c->ldy, r0, r1, c->int8);
+}
+
+static void mm_run(ink_pool *p, mm_ctx *c);
+
+/* bf16 activations: rounded once per call on the caller's stack (the workers read them there while
+ * the caller waits), in blocks of tokens that fit; rows never depend on the blocking. */
+#define BX_BUF 65536 /* bf16 elements: 128 KiB */
+static void matmul_bx(const ink_kernels *k, ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y,
+                      int ldy)
+{
+    union {
+        uint16_t h[BX_BUF];
+        float f[BX_BUF / 2];
+    } buf;
+    int K = W->cols, native = k->rows_bf16x && k->bf16x_ok && k->bf16x_ok();
+    int tb = (native ? BX_BUF : BX_BUF / 2) / K;
+    for (int t0 = 0; t0 < T; t0 += tb) {
+        int nt = T - t0 < tb ? T - t0 : tb;
+        mm_ctx c = {k, W, NULL, y + (size_t)t0 * ldy, K, ldy, nt, 0, NULL};
+        if (native) {
+            for (int t = 0; t < nt; t++)
+                (k->bf16x_fill ? k->bf16x_fill : ink_bf16x_round)(buf.h + (size_t)t * K, x + (size_t)(t0 + t) * ldx, K);
+            c.xb = buf.h;
+        } else { /* the set's f32 path on the rounded values (products exact either way) */
+            uint16_t h[256];
+            for (int t = 0; t < nt; t++)
+                for (int i = 0; i < K; i += 256) {
+                    int n = K - i < 256 ? K - i : 256;
+                    ink_bf16x_round(h, x + (size_t)(t0 + t) * ldx + i, n);
+                    for (int j = 0; j < n; j++) buf.f[(size_t)t * K + i + j] = ink_bf16_to_f32(h[j]);
+                }
+            c.x = buf.f;
+        }
+        mm_run(p, &c);
+    }
 }
 
 void ink_matmul_k(const ink_kernels *k, ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y,
                   int ldy)
 {
-    mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_mat_int8(W)};
+    if (ink_mat_bf16x(W)) {
+        matmul_bx(k, p, W, x, ldx, T, y, ldy);
+        return;
+    }
+    mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_mat_int8(W), NULL};
+    mm_run(p, &c);
+}
+
+static void mm_run(ink_pool *p, mm_ctx *cp)
+{
+    mm_ctx c = *cp;
+    const ink_mat *W = c.W;
+    int T = c.T;
     /* Small problems are not worth waking the workers. */
     if ((long long)W->rows * W->cols * T < 32768) {
-        k->rows(W, x, ldx, T, y, ldy, 0, W->rows, c.int8);
+        mm_task(&c, 0, (W->rows + 3) / 4, 0);
         return;
     }
     /* ~8 chunks per thread, so that a thread the OS deschedules holds at most one small chunk and the

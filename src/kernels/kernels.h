@@ -28,6 +28,16 @@
  * agree bitwise in the integer part and differ only in the float combination of those partial sums
  * (block scale d, group scale s, lane order). The activation error is ~1e-3 relative; the f32 path
  * (int8 = 0) matches a dequantized-f32 twin to 1e-6.
+ *
+ * bf16 activations: a BF16 view with `bf16x` set (the loader sets it from ink_model_opts.activations
+ * = bf16) takes x rounded to bf16 (round to nearest even, f32 denormals to zero: ink_bf16x_round,
+ * once per matmul call, shared by the threads), so every product of a bf16 weight and a bf16
+ * activation is exact in f32 and only the accumulation is the set's own: the AVX-512 set on a CPU
+ * with AVX512_BF16 takes 32 products per vdpbf16ps (lanes over pairs of k, steps of 32, a masked
+ * step for cols % 32, hsum16), the other sets run their f32 path on the rounded x. Per row the
+ * operation sequence does not depend on T, the tile or the thread count, as above. The activation
+ * error is ~2e-3 relative per element (8 significant bits); the point is a verify of K rows or a
+ * batch that costs about one row where the f32 path is compute-bound (docs/benchmarks.md).
  */
 #ifndef INK_KERNELS_H
 #define INK_KERNELS_H
@@ -63,6 +73,7 @@ typedef struct ink_mat {
     const void *scales, *biases;
     float gscale;       /* NVFP4 per-matrix (per-expert) scale2; 1 otherwise */
     int int8;           /* quantized: 1 = int8 activations (see above), 0 = f32; ignored for float views */
+    int bf16x;          /* BF16 views: 1 = bf16 activations (see below), 0 = f32; ignored otherwise */
 } ink_mat;
 
 /* Bytes of one element of a float view or scale array of dtype dt (F32 4, F8_E4M3 / U8 1, else 2). */
@@ -123,7 +134,18 @@ typedef struct ink_kernels {
     void (*attn)(const ink_attn *a);
     double (*probe_read)(const void *buf, size_t bytes, int streams);
     double (*probe_fma)(long iters);
+    /* bf16 activations on a BF16 view, x already rounded (xb[t * ldxb + k]); NULL where the set
+     * runs its f32 path on the rounded x instead. Called only when the CPU has what it needs. */
+    void (*rows_bf16x)(const ink_mat *W, const uint16_t *xb, int ldxb, int T, float *y, int ldy, int r0, int r1);
+    int (*bf16x_ok)(void); /* does this CPU run rows_bf16x (NULL: no) */
+    void (*bf16x_fill)(uint16_t *dst, const float *x, int n); /* ink_bf16x_round's bits, faster (or NULL) */
 } ink_kernels;
+
+/* bf16 activations apply to W: BF16 view, bf16x set, cols <= INK_BX_MAXK. */
+#define INK_BX_MAXK 32768
+int ink_mat_bf16x(const ink_mat *W);
+/* x[0..n) rounded to bf16 (nearest even; f32 denormals to zero, as vcvtneps2bf16; NaN stays NaN). */
+void ink_bf16x_round(uint16_t *dst, const float *x, int n);
 
 const ink_kernels *ink_kernels_scalar(void);
 const ink_kernels *ink_kernels_avx2(void);  /* NULL when not compiled in or the CPU lacks AVX2/FMA/F16C */

@@ -233,7 +233,7 @@ static int bind_stack(ink_weights *wt, const char *name, int n, int rows, int co
     size_t es = r->t->dtype == INK_DT_F32 ? 4 : 2;
     memset(out, 0, sizeof *out);
     out->m = (ink_mat){.dtype = r->t->dtype, .rows = rows, .cols = cols, .stride = (size_t)cols, .data = d,
-                       .gscale = 1.0f};
+                       .gscale = 1.0f, .bf16x = wt->act_bf16};
     out->rowb = (size_t)cols * es;
     out->estep_b = (size_t)rows * cols * es;
     return INK_OK;
@@ -796,10 +796,12 @@ static int model_open(ink_model **out, const char *dir, const ink_model_opts *op
     int act = opts ? opts->activations : INK_ACT_AUTO;
     if (!ink_activations_name(act)) {
         free(m);
-        return ink_err_set(err, INK_E_INVAL, "activations: expected auto, f32 or int8 (%d, %d or %d), found %d",
-                           INK_ACT_AUTO, INK_ACT_F32, INK_ACT_INT8, act);
+        return ink_err_set(err, INK_E_INVAL,
+                           "activations: expected auto, f32, int8 or bf16 (%d, %d, %d or %d), found %d", INK_ACT_AUTO,
+                           INK_ACT_F32, INK_ACT_INT8, INK_ACT_BF16, act);
     }
     m->w.act_int8 = act != INK_ACT_F32;
+    m->w.act_bf16 = act == INK_ACT_BF16;
     if ((rc = ink_config_load(&m->cfg, path, err))) goto fail;
     if ((rc = ink_tdir_open(&m->w.td, dir, INK_TDIR_TARGET, err))) goto fail;
     const ink_config *c = &m->cfg;
@@ -883,6 +885,7 @@ int ink_model_n_vocab(const ink_model *m) { return m->cfg.vocab_unpadded; }
 int ink_model_n_embd(const ink_model *m) { return m->cfg.hidden; }
 int ink_model_n_threads(const ink_model *m) { return ink_pool_size(m->pool); }
 int ink_model_int8_activations(const ink_model *m) { return m->w.act_int8; }
+int ink_model_bf16_activations(const ink_model *m) { return m->w.act_bf16; }
 
 int ink_activations_parse(const char *s)
 {
@@ -890,6 +893,7 @@ int ink_activations_parse(const char *s)
     if (!strcmp(s, "auto")) return INK_ACT_AUTO;
     if (!strcmp(s, "f32")) return INK_ACT_F32;
     if (!strcmp(s, "int8")) return INK_ACT_INT8;
+    if (!strcmp(s, "bf16")) return INK_ACT_BF16;
     return -1;
 }
 
@@ -899,6 +903,7 @@ const char *ink_activations_name(int a)
     case INK_ACT_AUTO: return "auto";
     case INK_ACT_F32: return "f32";
     case INK_ACT_INT8: return "int8";
+    case INK_ACT_BF16: return "bf16";
     default: return NULL;
     }
 }

@@ -64,6 +64,7 @@ typedef struct ink_weights {
     const ink_config *cfg;         /* the config shapes are checked against (the owner's, borrowed) */
     ink_tdir td;
     int act_int8;                  /* quantized views use int8 activations (ink_model_opts.activations) */
+    int act_bf16;                  /* BF16 views use bf16 activations (INK_ACT_BF16) */
     int header_only;               /* opened with ink_model_opts.header_only: no tensor data */
     void **owned;                  /* f32 copies and arrays to free */
     int n_owned, cap_owned;
