@@ -21,7 +21,8 @@ struct ink_drafter {
     const ink_drafter *owner;        /* ink_drafter_share: whose weights and draft vocabulary these
                                         are (borrowed, read-only); NULL: this drafter owns them */
     ink_config cfg;                  /* the drafter directory's config.json */
-    ink_weights w;                   /* its MTP tensors; views on f32 activations (act_int8 0, as always) */
+    ink_weights w;                   /* its MTP tensors; views on f32 activations (act_int8 0, as always), or
+                                      * bf16 ones on BF16 views where the target has them (act_bf16) */
     int D;
     float *chain_norm;               /* NULL unless chain_hidden_post_norm and the tensor exist */
     ink_depth d[INK_MAX_DEPTH];
@@ -78,6 +79,7 @@ int ink_drafter_open(ink_drafter **out, ink_model *target, const char *dir, ink_
     if (!d) return ink_err_set(err, INK_E_NOMEM, "out of memory");
     d->target = target;
     d->w.cfg = &d->cfg;
+    d->w.act_bf16 = target->w.act_bf16; /* drafts only propose: the verify decides what is emitted */
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     if ((rc = ink_config_load(&d->cfg, path, err))) goto fail;
