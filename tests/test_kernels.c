@@ -384,6 +384,7 @@ static void test_exp_poly(void **state)
     enum { N = 200003 };
     float *x = malloc(N * 4), *y = malloc(N * 4);
     for (int i = 0; i < N; i++) x[i] = -87.0f * (float)i / (float)(N - 1);
+    for (int i = 0; i < N; i += 3) x[i] = 88.0f * (float)i / (float)(N - 1); /* exp(-z) of silu: up to 88 */
     x[N - 1] = -87.0f, x[N - 2] = -1e-30f, x[N - 3] = -0x1p-24f, x[N - 4] = -0.5f;
     for (int v = 0; v < 3; v++) {
 #if defined(__x86_64__)
@@ -412,6 +413,48 @@ static void test_exp_poly(void **state)
         assert_true(so[0] == 1.0f && so[1] == 0.0f && so[2] == 0.0f && isnan(so[3]) && so[4] == 0.0f);
     }
     free(x), free(y);
+}
+
+/* The SwiGLU activation: every set against double silu(g) * u (exp within a few ulp: 1e-6
+ * relative), both layouts (step 1 and the interleaved step 2) in place as the MLP runs them, lengths
+ * around the 16 / 8 lane and 256 chunk boundaries; large |z| (exp(-z) clamped at 88), zero, NaN. */
+static void test_silu_mul(void **state)
+{
+    (void)state;
+    const ink_kernels *sets[3] = {ink_kernels_scalar(), ink_kernels_avx2(), ink_kernels_avx512()};
+    enum { N = 700 };
+    static float g[2 * N], u[N], o[2 * N];
+    for (int si = 0; si < 3; si++) {
+        if (!sets[si]) continue;
+        ink_kernels_select(sets[si]);
+        int lens[] = {1, 7, 8, 15, 16, 17, 255, 256, 257, 600};
+        for (int li = 0; li < 10; li++)
+            for (int step = 1; step <= 2; step++) {
+                int n = lens[li];
+                for (int i = 0; i < 2 * N; i++) g[i] = frand() * (i % 5 == 0 ? 40.0f : 6.0f);
+                for (int i = 0; i < N; i++) u[i] = frand();
+                g[0] = -100.0f, g[step] = 100.0f;
+                if (n > 2) g[2 * step] = 0.0f;
+                float *gi = g, *ui = step == 2 ? g + 1 : u;
+                double want[N];
+                for (int i = 0; i < n; i++) {
+                    double z = gi[(size_t)i * step];
+                    want[i] = z / (1.0 + exp(-z)) * ui[(size_t)i * step];
+                }
+                memcpy(o, g, sizeof o);
+                /* in place, as swiglu_run: step 2 writes over its own interleaved input */
+                if (step == 2) ink_silu_mul(o, o, o + 1, n, 2);
+                else ink_silu_mul(o, g, u, n, 1);
+                for (int i = 0; i < n; i++)
+                    if (!(fabs(o[i] - want[i]) <= 1e-6 * fabs(want[i]) + 1e-30))
+                        fail_msg("%s silu_mul n %d step %d: [%d] %.9g, want %.9g (z %g)", sets[si]->name, n, step, i,
+                                 o[i], want[i], gi[(size_t)i * step]);
+            }
+        float nz[2] = {NAN, 1.0f}, no[1];
+        ink_silu_mul(no, nz, nz + 1, 1, 1);
+        assert_true(isnan(no[0]));
+    }
+    ink_kernels_select(NULL);
 }
 
 typedef struct attn_case {
@@ -624,6 +667,7 @@ int main(void)
         cmocka_unit_test(test_affine_sets),    cmocka_unit_test(test_int8_path),    cmocka_unit_test(test_nvfp4_sets),
         cmocka_unit_test(test_exp_poly),       cmocka_unit_test(test_attn_sets), cmocka_unit_test(test_fused_gate_up),
         cmocka_unit_test(test_bf16x),
+        cmocka_unit_test(test_silu_mul),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1101,7 +1101,7 @@ double ink_avx2_fma(long iters)
     return (double)hsum8(s);
 }
 
-static const ink_kernels avx2_set = {"avx2", avx2_rows, avx2_attn, ink_avx2_read, ink_avx2_fma, NULL, NULL, NULL};
+static const ink_kernels avx2_set = {"avx2", avx2_rows, avx2_attn, ink_avx2_read, ink_avx2_fma, NULL, NULL, NULL, ink_avx2_expv};
 
 const ink_kernels *ink_kernels_avx2_raw(void) { return &avx2_set; }
 

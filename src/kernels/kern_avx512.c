@@ -1423,7 +1423,8 @@ static int avx512_bf16x_ok(void)
 /* The AVX2 FMA probe also measures an AVX-512 machine: on the CPUs here two 256-bit FMA pipes give
  * the same f32 peak as 512-bit FMAs. */
 static const ink_kernels avx512_set = {"avx512",       avx512_rows,       avx512_attn,      avx512_read,
-                                       ink_avx2_fma,   avx512_rows_bf16x, avx512_bf16x_ok, avx512_bf16x_fill};
+                                       ink_avx2_fma,   avx512_rows_bf16x, avx512_bf16x_ok, avx512_bf16x_fill,
+                                       ink_avx512_expv};
 
 const ink_kernels *ink_kernels_avx512_raw(void) { return &avx512_set; }
 

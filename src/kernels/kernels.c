@@ -252,6 +252,24 @@ size_t ink_attn_ws_floats(int d, int R, int n_keys)
 
 float ink_exp_poly(float x) { return ink_exp_scalar(x); }
 
+void ink_silu_mul(float *o, const float *g, const float *u, int n, int step)
+{
+    const ink_kernels *k = ink_kernels_active();
+    float b[256], e[256];
+    for (int i0 = 0; i0 < n; i0 += 256) {
+        int m = n - i0 < 256 ? n - i0 : 256;
+        const float *gi = g + (size_t)i0 * step, *ui = u + (size_t)i0 * step;
+        for (int j = 0; j < m; j++) b[j] = -gi[(size_t)j * step];
+        if (k->expv) k->expv(b, e, m);
+        else
+            for (int j = 0; j < m; j++) e[j] = ink_exp_scalar(b[j]);
+        for (int j = 0; j < m; j++) { /* reads at or after the write position: in place is safe */
+            float z = gi[(size_t)j * step], v = ui[(size_t)j * step];
+            o[i0 + j] = z / (1.0f + e[j]) * v;
+        }
+    }
+}
+
 /* Relative logits of query i by distance, lrel[e] for e < min(hi - lo + 1, R): r in order. */
 static void scalar_rel(const ink_attn *a, int i, float *lrel)
 {
@@ -334,7 +352,7 @@ static void scalar_attn(const ink_attn *a)
     }
 }
 
-static const ink_kernels scalar_set = {"scalar", scalar_rows, scalar_attn, NULL, NULL, NULL, NULL, NULL}; /* probes: the bench's loops */
+static const ink_kernels scalar_set = {"scalar", scalar_rows, scalar_attn, NULL, NULL, NULL, NULL, NULL, NULL}; /* probes: the bench's loops */
 
 const ink_kernels *ink_kernels_scalar(void) { return &scalar_set; }
 

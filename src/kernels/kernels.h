@@ -139,6 +139,7 @@ typedef struct ink_kernels {
     void (*rows_bf16x)(const ink_mat *W, const uint16_t *xb, int ldxb, int T, float *y, int ldy, int r0, int r1);
     int (*bf16x_ok)(void); /* does this CPU run rows_bf16x (NULL: no) */
     void (*bf16x_fill)(uint16_t *dst, const float *x, int n); /* ink_bf16x_round's bits, faster (or NULL) */
+    void (*expv)(const float *x, float *y, int n); /* y = ink_exp_poly(x) in lanes (NULL: the scalar loop) */
 } ink_kernels;
 
 /* bf16 activations apply to W: BF16 view, bf16x set, cols <= INK_BX_MAXK. */
@@ -188,6 +189,14 @@ void ink_sconv(const float *w, float *state, const float *u, float *y, int T, in
  * polynomial; within 2 ulp of expf, 0 below -87.33 where expf is subnormal). Every set evaluates the
  * same polynomial (the SIMD sets with FMA), so sets differ by rounding only. */
 float ink_exp_poly(float x);
+
+/* The gated activation of a SwiGLU row: o[i] = silu(g[i * step]) * u[i * step] for i < n, step 1
+ * or 2 (the row-interleaved fused gate/up), silu(z) = z / (1 + exp(-z)) with exp by the active
+ * set's polynomial above (16 or 8 lanes, or scalar; 2 ulp of expf, exp(-z) for z < -88 taken at 88,
+ * so a very negative z gives a tiny negative instead of -0). o may alias g or u at or before the
+ * element read (the in-place layouts of the MLP scratch: o + i <= g + i * step). Per element, so
+ * a row's values never depend on the other rows. */
+void ink_silu_mul(float *o, const float *g, const float *u, int n, int step);
 
 static inline float ink_sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 float ink_logsigmoid(float z);

@@ -240,8 +240,6 @@ static void kv_convs(const ink_layer_w *w, const ink_seg *sg, int n_seg, ink_scr
 
 /* ---- MLPs ------------------------------------------------------------------------------ */
 
-static float silu(float z) { return z / (1.0f + expf(-z)); }
-
 /* out[T][H] = down(silu(gate x) * up x) for rows x[T][H]. */
 static void swiglu_run(const ink_layer_env *env, const ink_ffn_w *f, const float *x, int T, float *out, ink_scratch *s)
 {
@@ -254,15 +252,13 @@ static void swiglu_run(const ink_layer_env *env, const ink_ffn_w *f, const float
         for (int t = 0; t < T; t++) {
             const float *g = y + (size_t)t * 2 * I;
             float *o = y + (size_t)t * I;
-            if (f->gu_mode == 1)
-                for (int i = 0; i < I; i++) o[i] = silu(g[2 * i]) * g[2 * i + 1];
-            else
-                for (int i = 0; i < I; i++) o[i] = silu(g[i]) * g[I + i];
+            if (f->gu_mode == 1) ink_silu_mul(o, g, g + 1, I, 2);
+            else ink_silu_mul(o, g, g + I, I, 1);
         }
     } else {
         ink_matmul(env->pool, &f->gate, x, H, T, s->ffn, I);
         ink_matmul(env->pool, &f->up, x, H, T, s->ffn2, I);
-        for (size_t i = 0; i < (size_t)T * I; i++) s->ffn[i] = silu(s->ffn[i]) * s->ffn2[i];
+        ink_silu_mul(s->ffn, s->ffn, s->ffn2, T * I, 1);
     }
     ink_matmul(env->pool, &f->down, s->ffn, I, T, out, H);
 }
