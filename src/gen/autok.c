@@ -92,7 +92,19 @@ static double base_cost(const ink_autok *c, int K)
     return est > 0 ? est : 0;
 }
 
-double ink_autok_cost(const ink_autok *c, int K) { return c->speed * base_cost(c, K); }
+/* ... and what a round of width K costs all told: drafting widths carry the catch-up overhead */
+static double width_cost(const ink_autok *c, int K)
+{
+    double b = base_cost(c, K);
+    return b > 0 && K >= 2 ? b + c->over : b;
+}
+
+double ink_autok_cost(const ink_autok *c, int K) { return c->speed * width_cost(c, K); }
+
+void ink_autok_overhead(ink_autok *c, double seconds)
+{
+    if (seconds > 0) c->over_pending += seconds;
+}
 
 int ink_autok_best(const ink_autok *c)
 {
@@ -107,7 +119,7 @@ int ink_autok_best(const ink_autok *c)
     int best = 1;
     double br = 0;
     for (int K = 1; K <= c->kmax && K <= reach + 1; K++) {
-        double cost = base_cost(c, K);
+        double cost = width_cost(c, K);
         if (!(cost > 0)) continue;
         double r = ink_autok_yield(c, K) * ink_autok_expected(c, K) / cost;
         if (r > br * (1 + 1e-9)) br = r, best = K; /* ties go to the narrower width */
@@ -130,7 +142,7 @@ int ink_autok_choose(ink_autok *c)
         if (c->round < c->next[dir]) continue;
         /* a wider width that loses even if every draft were accepted: only acceptance could change
          * that, and it cannot; its cost is re-measured only every EXPLORE_MAX(_PLAIN) rounds */
-        double ck = base_cost(c, k), cb = base_cost(c, best);
+        double ck = width_cost(c, k), cb = width_cost(c, best);
         int cap = explore_cap(best);
         if (!dir && ck > 0 && cb > 0 && c->cost_n[k] >= 3 && k / ck < ink_autok_yield(c, best) * ink_autok_expected(c, best) / cb &&
             c->gap[dir] < cap) {
@@ -169,6 +181,10 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
             c->cost_n[K]++;
         }
         if (M > 0) smooth(&c->draft_cost, &c->draft_n, draft_seconds / M, LAMBDA_C);
+        if (K >= 2) { /* the catch-ups since the last drafting round, per drafting round */
+            smooth(&c->over, &c->over_n, c->over_pending / c->speed, LAMBDA_C);
+            c->over_pending = 0;
+        }
     }
     /* draft j + 1 was tested iff drafts 1..j were accepted (j <= a), and kept iff j < a. The first
      * observations are averaged with PRIOR_N pseudo-observations of what the position was assumed to

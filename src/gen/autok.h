@@ -54,6 +54,15 @@
  * exploring from plain steps restarts dormant depths, dear where plain wins), one that wins resets it, so a settled
  * choice costs a fraction of a % while a change in the text is noticed within a few hundred rounds.
  *
+ * Overhead of drafting. Depths a round does not draft with, and depths that fell behind during
+ * narrower rounds, catch up in batches whose time the round's cost leaves out (it belongs to keeping
+ * depths current, not to the width: charged to the round that crossed the lag, it made that round's
+ * width look up to a step dearer, at random). It is still a cost that plain steps do not have (with
+ * plain steps the depths go dormant and nothing is caught up), so the controller keeps it too: the
+ * catch-up seconds since the last timed drafting round, smoothed per drafting round (`over`), are
+ * added to c(K) for every K >= 2. On the bundled model at T 0.8 they were ~15 % of the decode time,
+ * enough to make widths 2-3 look faster than plain steps when they were 10-20 % slower.
+ *
  * Choosing K from the past keeps speculative decoding lossless: greedy output equals plain decoding
  * whatever K is, and sampled tokens keep the target distribution. (A fixed seed reproduces a sampled
  * run only with a fixed K, since K decides which uniforms are drawn.)
@@ -85,6 +94,9 @@ typedef struct ink_autok {
     double draft_cost;                     /* smoothed seconds per draft (draft phase / drafts) */
     int draft_n;
     double speed;                          /* the machine's current speed factor (see below) */
+    double over, over_pending;             /* catch-up seconds per drafting round (smoothed, in units
+                                            * of the speed factor); those since the last one */
+    int over_n;
 } ink_autok;
 
 /* Forgets everything; widths 1 .. kmax (clamped to 1 .. INK_MAX_BLOCK). */
@@ -108,5 +120,8 @@ int ink_autok_choose(ink_autok *c);
  * (dormant depths restarted in it): only the acceptance counts, and an exploration of it is retried
  * next round. */
 void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double draft_seconds);
+/* Seconds of drafter catch-up left out of the rounds' times (call before ink_autok_observe of the
+ * round they happened in or before): charged to drafting widths as `over` (see above). */
+void ink_autok_overhead(ink_autok *c, double seconds);
 
 #endif

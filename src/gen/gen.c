@@ -687,6 +687,7 @@ static void report_controller(const gen *g, ink_gen_stats *st)
 {
     const ink_autok *c = &g->ak;
     st->ctl_kmax = c->kmax, st->ctl_best = ink_autok_best(c);
+    st->ctl_overhead_s = c->speed * c->over;
     for (int K = 1; K <= c->kmax; K++) {
         double cost = ink_autok_cost(c, K);
         st->ctl_cost_s[K] = c->cost_n[K] ? cost : 0, st->ctl_cost_n[K] = c->cost_n[K];
@@ -901,6 +902,7 @@ int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err)
         /* a round that restarted dormant depths (their last 64 rows) costs more than its width does */
         double sec = g->woke || g->run_rounds < WARM ? -1 : td - ta + g->carry_s - g->follow_s;
         g->run_rounds++;
+        ink_autok_overhead(&g->ak, g->follow_s);
         ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, sec, tb - ta + g->carry_s - g->follow_s);
         g->woke = 0, g->follow_s = 0;
         g->rounds_run++;
