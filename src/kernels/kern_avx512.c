@@ -236,6 +236,24 @@ AI __m512 hsum4x4(const __m512 *v)
                          _mm512_shuffle_ps(r0, r1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+/* A full 4-row tile's tokens 0 .. min(NT, 4) - 1 from v[i * 4 + j] (row r + i rs, token j) by
+ * hsum4x4 into y; returns how many tokens that was. */
+AI int store4x4(const __m512 *v, const int NT, float *y, size_t ldy, int r, int rs)
+{
+    float s[16]; /* through memory: an extract's lane must be an immediate, and -O1 does not unroll */
+    _mm512_storeu_ps(s, hsum4x4(v));
+    int j0 = NT < 4 ? NT : 4;
+    if (rs == 1)
+#pragma GCC unroll 4
+        for (int j = 0; j < j0; j++) memcpy(y + (size_t)j * ldy + r, s + 4 * j, 4 * sizeof(float));
+    else
+#pragma GCC unroll 4
+        for (int j = 0; j < j0; j++)
+#pragma GCC unroll 4
+            for (int i = 0; i < NRM; i++) y[(size_t)j * ldy + r + i * rs] = s[4 * j + i];
+    return j0;
+}
+
 /* All rows r0..r1 of a float view for T <= FROWS_MAXT tokens in one function, so the tile (ftile,
  * inlined) keeps its accumulators in registers from one tile to the next instead of a memory round
  * trip and an indirect call per tile: with short rows that round trip kept too few loads in flight to
@@ -256,21 +274,11 @@ AI void frows_nt(const int dt, const uint8_t *w, size_t ldw_, int K, const float
     int j0 = 0;
     if (H4 && NR == NRM && NT >= 3) { /* tokens 0 .. min(NT, 4) - 1 by hsum4x4, the rest by hsum16 */
         __m512 v[16];
-        float s[16]; /* through memory: an extract's lane must be an immediate, and -O1 does not unroll */
 #pragma GCC unroll 4
         for (int i = 0; i < NRM; i++)
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) v[i * 4 + j] = j < NT ? acc[i * FNT + j] : _mm512_setzero_ps();
-        _mm512_storeu_ps(s, hsum4x4(v));
-        j0 = NT < 4 ? NT : 4;
-        if (rs == 1)
-#pragma GCC unroll 4
-            for (int j = 0; j < j0; j++) memcpy(y + (size_t)j * ldy + r, s + 4 * j, 4 * sizeof(float));
-        else
-#pragma GCC unroll 4
-            for (int j = 0; j < j0; j++)
-#pragma GCC unroll 4
-                for (int i = 0; i < NRM; i++) y[(size_t)j * ldy + r + i * rs] = s[4 * j + i];
+        j0 = store4x4(v, NT, y, ldy, r, rs);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < NR; i++)
@@ -1309,17 +1317,11 @@ AI void bxtile(const uint16_t *w, size_t ldw_, int K, const uint16_t *x, size_t 
     int j0 = 0;
     if (NR == NRM && NT >= 3) { /* tokens 0 .. min(NT, 4) - 1 by hsum4x4 (hsum16's bits) */
         __m512 v[16];
-        float s[16];
 #pragma GCC unroll 4
         for (int i = 0; i < NRM; i++)
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) v[i * 4 + j] = j < NT ? a[i][j] : _mm512_setzero_ps();
-        _mm512_storeu_ps(s, hsum4x4(v));
-        j0 = NT < 4 ? NT : 4;
-#pragma GCC unroll 4
-        for (int j = 0; j < j0; j++)
-#pragma GCC unroll 4
-            for (int i = 0; i < NRM; i++) y[(size_t)j * ldy + r + i * rs] = s[4 * j + i];
+        j0 = store4x4(v, NT, y, ldy, r, rs);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < NR; i++)
