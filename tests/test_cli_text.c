@@ -206,6 +206,20 @@ static void test_raw_text_equals_token_path(void **state)
     assert_int_equal(json_array_size(json_object_get(ctl, "acceptance")), json_array_size(per_k) - 1);
     long k_best = json_integer_value(json_object_get(ctl, "k_best"));
     assert_true(k_best >= 1 && k_best <= (long)json_array_size(per_k));
+    assert_true(json_number_value(json_object_get(ctl, "catch_up_ms_per_drafting_round")) >= 0);
+    json_t *act = json_object_get(st, "activations");
+    assert_string_equal(json_string_value(json_object_get(act, "float_weights")), "f32");
+    assert_string_equal(json_string_value(json_object_get(act, "quantized_weights")), "int8");
+    json_decref(st);
+    /* --activations bf16 is reported as what ran */
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s --raw -p 'hello world' -n 4 --temp 0 --activations bf16 --draft-kind none --stats-json %s",
+             tu_bin(), dir, sp);
+    assert_int_equal(tu_run(cmd, out2, sizeof out2, err, sizeof err), 0);
+    st = json_load_file(sp, 0, NULL);
+    assert_non_null(st);
+    act = json_object_get(st, "activations");
+    assert_string_equal(json_string_value(json_object_get(act, "float_weights")), "bf16");
     json_decref(st);
     /* -m owner/name resolves to the download cache */
     char cache[300];

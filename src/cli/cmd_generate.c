@@ -333,6 +333,9 @@ static int write_stats(const char *path, const ink_gen_stats *st, const char *mo
             st->generated_tokens > 0 ? st->generated_tokens - 1 : 0,
             st->generated_tokens > 0 ? st->generated_tokens - 1 - st->round_emitted + st->rounds : 0, dvocab,
             capture ? "commit" : "replay");
+    if (m) /* which matmul path ran: float weights f32 or bf16, quantized weights int8 or f32 */
+        fprintf(f, "  \"activations\": {\"float_weights\": \"%s\", \"quantized_weights\": \"%s\"},\n",
+                ink_model_bf16_activations(m) ? "bf16" : "f32", ink_model_int8_activations(m) ? "int8" : "f32");
     if (profile) cli_profile_json(f, st);
     cli_dist_json(f, m);
     write_controller(f, st);
