@@ -85,6 +85,10 @@ static void test_version_and_help(void **state)
     expect_err("-t: expected an integer");
     assert_int_equal(run("%s bench --threads 0", tu_bin()), 2);
     expect_err("--threads: expected an integer in 1..256");
+    assert_int_equal(run("%s bench --activations fp8", tu_bin()), 2);
+    expect_err("--activations must be auto, f32, int8 or bf16, found 'fp8'");
+    assert_int_equal(run("%s generate --activations fp8 -p x", tu_bin()), 2);
+    expect_err("--activations must be auto, f32, int8 or bf16, found 'fp8'");
 }
 
 static void test_write_errors(void **state)

@@ -48,14 +48,14 @@ static float frand(void)
 
 typedef struct kind {
     const char *name;
-    int dtype, bits, group, int8;
+    int dtype, bits, group, int8; /* int8: 1 int8 activations, 2 bf16 activations (BF16 weights) */
 } kind;
 
 static const kind kinds[] = {
     {"f32", INK_DT_F32, 0, 0, 0},          {"bf16", INK_DT_BF16, 0, 0, 0},       {"f16", INK_DT_F16, 0, 0, 0},
     {"q8g64", INK_QT_AFFINE, 8, 64, 0},    {"q4g64", INK_QT_AFFINE, 4, 64, 0},   {"q3g64", INK_QT_AFFINE, 3, 64, 0},
     {"nvfp4", INK_QT_NVFP4, 4, 16, 0},     {"q8g64-i8", INK_QT_AFFINE, 8, 64, 1}, {"q4g64-i8", INK_QT_AFFINE, 4, 64, 1},
-    {"q3g64-i8", INK_QT_AFFINE, 3, 64, 1}, {"nvfp4-i8", INK_QT_NVFP4, 4, 16, 1},
+    {"q3g64-i8", INK_QT_AFFINE, 3, 64, 1}, {"nvfp4-i8", INK_QT_NVFP4, 4, 16, 1}, {"bf16-bx", INK_DT_BF16, 0, 0, 2},
 };
 
 #define NK 4096
@@ -73,7 +73,7 @@ static int mset_make(mset *s, const kind *k, size_t budget)
     memset(s, 0, sizeof *s);
     ink_mat proto = {.dtype = k->dtype, .rows = NK, .cols = NK, .bits = k->bits, .group = k->group,
                      .sdtype = k->dtype == INK_QT_NVFP4 ? INK_DT_F8_E4M3 : INK_DT_BF16, .gscale = 0.01f,
-                     .int8 = k->int8};
+                     .int8 = k->int8 == 1, .bf16x = k->int8 == 2};
     size_t rowb = k->dtype == INK_DT_F32 ? NK * 4 : k->dtype < INK_QT_AFFINE ? NK * 2 : (size_t)NK * k->bits / 8;
     size_t G = k->group ? NK / (size_t)k->group : 0;
     size_t per = rowb * NK, sper = G * NK;
@@ -311,11 +311,11 @@ static double roofline(const ink_model *m, double bw, double peak, int Kmax, dou
     return sb + nmoe * k * eb;
 }
 
-static json_t *bench_model(const char *dir, int threads, double bw, double peak, int quick, int json)
+static json_t *bench_model(const char *dir, int threads, int act, double bw, double peak, int quick, int json)
 {
     ink_model *m = NULL;
     ink_err e = {0};
-    ink_model_opts o = {.n_threads = threads};
+    ink_model_opts o = {.n_threads = threads, .activations = act};
     long rss0 = rss_kb();
     if (ink_model_open(&m, dir, &o, &e)) {
         fprintf(stderr, "bench: %s: %s\n", dir, e.msg);
@@ -429,11 +429,14 @@ static void cpu_name(char *out, size_t n)
     if (f) fclose(f);
 }
 
-#define BENCH_USAGE "usage: inkling bench [-t/--threads N] [--json] [--quick] [--sets all|best|NAME,...] [-m DIR]...\n"
+#define BENCH_USAGE                                                                                           \
+    "usage: inkling bench [-t/--threads N] [--json] [--quick] [--sets all|best|NAME,...]\n"                      \
+    "                     [--activations auto|f32|int8|bf16] [-m DIR]...\n"
 
 /* One bench run: the command line, the two pools (1 thread and N) and what the probes found. */
 typedef struct bench {
     int threads, json, quick, nmod, reps, ntc, tcounts[2];
+    int act; /* the models' activations (enum ink_activations) */
     const char *models[8], *setarg;
     ink_pool *pools[2];
     double bw[2], peak[2];  /* read GB/s and FMA GFLOPS at 1 and N threads */
@@ -455,6 +458,14 @@ static int parse(int argc, char **argv, bench *b)
             if (!v || arg_int(argv[i - 1], v, 1, 256, &t)) return 2;
             b->threads = (int)t;
         } else if (!strcmp(argv[i], "--sets") && i + 1 < argc) b->setarg = argv[++i];
+        else if (!strcmp(argv[i], "--activations")) {
+            const char *v = arg_value(argc, argv, &i);
+            if (!v) return 2;
+            if ((b->act = ink_activations_parse(v)) < 0) {
+                fprintf(stderr, "inkling bench: --activations must be auto, f32, int8 or bf16, found '%s'\n", v);
+                return 2;
+            }
+        }
         else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc && b->nmod < 8)
             b->models[b->nmod++] = argv[++i];
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -642,7 +653,8 @@ static int run_bench(bench *b, json_t *J)
     for (int si = 0; si < b->nsets; si++)
         for (int i = 0; i < b->nmod; i++) {
             ink_kernels_select(b->sets[si]);
-            json_t *mj = bench_model(b->models[i], b->threads, b->bw[b->ntc - 1], b->peak[b->ntc - 1], b->quick, b->json);
+            json_t *mj = bench_model(b->models[i], b->threads, b->act, b->bw[b->ntc - 1], b->peak[b->ntc - 1], b->quick,
+                                     b->json);
             if (mj) json_object_set_new(mj, "set", json_string(b->sets[si]->name)), json_array_append_new(MJ, mj);
         }
     ink_kernels_select(best_set);
