@@ -216,7 +216,11 @@ static void test_autok_finds_the_best_width(void **state)
         printf("  case %zu: best width %d, controller chose %d (%d of the last 1000 rounds), %.1f%% of the best rate\n", i,
                want, got, hist[got], 100 * got_rate / best_rate);
         if (i == 2) assert_true(got_rate >= 0.97 * best_rate); /* widths 2..4 are within 6 %: any near-best will do */
-        else {
+        else if (i == 0) { /* widths 7 and 8 are within 3 %: which one a run settles on is the draws' (over 30
+                            * seeds 8 ran 215-969 of the last 1000 rounds, with or without plain probes) */
+            assert_true(got >= want - 1 && got_rate >= 0.97 * best_rate);
+            assert_true(hist[want - 1] + hist[want] >= 850); /* exploration stays rare */
+        } else {
             assert_int_equal(got, want);
             assert_true(hist[got] >= 850); /* exploration stays rare: about 1 round in 16 */
             assert_int_equal(ink_autok_best(&c), want);
@@ -309,6 +313,37 @@ static void test_autok_charges_catch_up(void **state)
             assert_int_equal(ink_autok_best(&c), 1);
         } else assert_true(got >= 2);
     }
+}
+
+/* c(1) is the yardstick, and a fresh controller measures it in a run's first rounds, often its slow
+ * start (the bundled model: ~1 ms a plain step there, 0.2 ms later). A controller drafting wide has
+ * no plain step for a neighbour, so it must probe one now and then: here the first two (plain)
+ * rounds take 10x, the rest the machine's usual time, and by the end the estimate of c(1) must be
+ * the usual one (without probes it stayed 10x: 2 plain rounds in 2,000, both in the slow start). */
+static void test_autok_probes_plain_steps(void **state)
+{
+    (void)state;
+    synth m = {1.0, 0.02, 0.03, 0.85, 7, 0, 0, 0};
+    ink_autok c;
+    ink_autok_init(&c, 8);
+    int plain = 0;
+    for (int r = 0; r < 2000; r++) {
+        int K = ink_autok_choose(&c), M = K - 1, a = 0;
+        while (a < M) {
+            m.rng = m.rng * 6364136223846793005ull + 1442695040888963407ull;
+            if ((double)(m.rng >> 11) / 9007199254740992.0 >= m.alpha) break;
+            a++;
+        }
+        double sec = synth_c(&m, K) * (r < 2 ? 10.0 : 1.0);
+        ink_autok_observe(&c, K, M, a, sec, m.draft * M);
+        plain += r >= 2 && K == 1;
+    }
+    double c1 = ink_autok_cost(&c, 1) / ink_autok_cost(&c, ink_autok_best(&c)) * synth_c(&m, ink_autok_best(&c));
+    printf("  plain probes after the slow start: %d of 1998 rounds; c(1) estimated %.3f, true %.3f\n", plain, c1,
+           synth_c(&m, 1));
+    assert_true(ink_autok_best(&c) >= 5);
+    assert_true(plain >= 4 && plain <= 40); /* probed, and rarely: 2 % of the rounds at most */
+    assert_true(fabs(c1 - synth_c(&m, 1)) < 0.1 * synth_c(&m, 1));
 }
 
 static void test_autok_estimates(void **state)
@@ -506,6 +541,7 @@ int main(void)
         cmocka_unit_test(test_autok_adapts_to_the_text),
         cmocka_unit_test(test_autok_width_dependent_acceptance),
         cmocka_unit_test(test_autok_charges_catch_up),
+        cmocka_unit_test(test_autok_probes_plain_steps),
         cmocka_unit_test(test_autok_estimates),
         cmocka_unit_test(test_nan_logits_stop_with_position),
         cmocka_unit_test(test_generator_steps_equal_generate),

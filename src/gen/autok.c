@@ -10,6 +10,7 @@
                                   * dormant depths, which costs ~8 plain steps on a model that runs
                                   * from cache (where plain wins); 1 in 64 rounds cost the bundled
                                   * model ~10 % */
+#define PROBE_MAX 64      /* the longest wait between plain-step probes while drafting with 3 or more */
 #define LAMBDA_A 0.04     /* smoothing of the acceptance estimates (~25 observations) */
 #define LAMBDA_C 0.10     /* smoothing of the costs (~10 rounds) */
 #define PRIOR_A 0.5       /* acceptance assumed for a position never observed (and nothing before it) */
@@ -26,14 +27,15 @@
 #define YIELD_LO 0.5
 #define YIELD_HI 1.5
 
-/* The longest wait between explorations while `best` is the best width. */
-static int explore_cap(int best) { return best == 1 ? EXPLORE_MAX_PLAIN : EXPLORE_MAX; }
+/* The longest wait between explorations in direction dir (2: plain probes) while `best` is best. */
+static int explore_cap(int best, int dir) { return dir == 2 ? PROBE_MAX : best == 1 ? EXPLORE_MAX_PLAIN : EXPLORE_MAX; }
 
 void ink_autok_init(ink_autok *c, int kmax)
 {
     memset(c, 0, sizeof *c);
     c->kmax = kmax < 1 ? 1 : kmax > INK_MAX_BLOCK ? INK_MAX_BLOCK : kmax;
     c->gap[0] = c->gap[1] = EXPLORE, c->next[0] = EXPLORE, c->next[1] = EXPLORE + EXPLORE / 2;
+    c->gap[2] = 2 * EXPLORE, c->next[2] = 2 * EXPLORE;
     c->speed = 1.0;
 }
 
@@ -143,7 +145,7 @@ int ink_autok_choose(ink_autok *c)
         /* a wider width that loses even if every draft were accepted: only acceptance could change
          * that, and it cannot; its cost is re-measured only every EXPLORE_MAX(_PLAIN) rounds */
         double ck = width_cost(c, k), cb = width_cost(c, best);
-        int cap = explore_cap(best);
+        int cap = explore_cap(best, dir);
         if (!dir && ck > 0 && cb > 0 && c->cost_n[k] >= 3 && k / ck < ink_autok_yield(c, best) * ink_autok_expected(c, best) / cb &&
             c->gap[dir] < cap) {
             c->gap[dir] = cap, c->next[dir] = c->round + cap;
@@ -151,6 +153,15 @@ int ink_autok_choose(ink_autok *c)
         }
         c->explore_k = k, c->explore_dir = dir;
         return k;
+    }
+    /* Plain-step probes while drafting wider than 2 (at 2 the downward neighbour is one): c(1) is
+     * the yardstick and otherwise measured only in a run's first rounds, its slow start (the bundled
+     * model: ~1 ms then, 0.2-0.26 ms later), which kept width 3 at 0.75 ms a round ahead of plain
+     * steps for a whole run. A probe costs no restart (depths go on being followed) and on a
+     * memory-bound model less than a round's worth of tokens per PROBE_MAX rounds. */
+    if (best >= 3 && c->round >= c->next[2]) {
+        c->explore_k = 1, c->explore_dir = 2;
+        return 1;
     }
     return best;
 }
@@ -211,7 +222,7 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
         else { /* a neighbour that now looks best resets its direction's wait, one that lost doubles it */
             int best = ink_autok_best(c);
             if (best == K) c->gap[dir] = EXPLORE;
-            else if (c->gap[dir] < explore_cap(best)) c->gap[dir] *= 2;
+            else if (c->gap[dir] < explore_cap(best, dir)) c->gap[dir] *= 2;
             c->next[dir] = c->round + c->gap[dir];
         }
         c->explore_k = 0;

@@ -53,6 +53,11 @@
  * loses doubles its direction's wait (up to 32 rounds while drafting, 1,024 while plain steps are best:
  * exploring from plain steps restarts dormant depths, dear where plain wins), one that wins resets it, so a settled
  * choice costs a fraction of a % while a change in the text is noticed within a few hundred rounds.
+ * While drafting with 3 or more (where plain steps are no neighbour), a plain step is probed every
+ * 16 rounds at first, the wait doubling up to 64 while it loses: c(1), the yardstick, is otherwise
+ * measured only in a run's first rounds, its slow start (the bundled model: ~1 ms a plain step
+ * there, 0.2-0.26 ms later), and width 3 at 0.75 ms a round stayed ahead of plain steps it lost to
+ * for a whole run. A probe restarts nothing (the depths are followed) and costs ~1 % of a run.
  *
  * Overhead of drafting. Depths a round does not draft with, and depths that fell behind during
  * narrower rounds, catch up in batches whose time the round's cost leaves out (it belongs to keeping
@@ -61,7 +66,11 @@
  * plain steps the depths go dormant and nothing is caught up), so the controller keeps it too: the
  * catch-up seconds since the last timed drafting round, smoothed per drafting round (`over`), are
  * added to c(K) for every K >= 2. On the bundled model at T 0.8 they were ~15 % of the decode time,
- * enough to make widths 2-3 look faster than plain steps when they were 10-20 % slower.
+ * enough to make widths 2-3 look faster than plain steps when they were 10-20 % slower. Restarts of
+ * depths that went dormant during plain steps count (they recur each time the choice flips), a
+ * depth's first start in a run does not (the caller leaves it out: it is paid once however the run
+ * goes on; charged, a 160 MiB twin's three first starts, ~3 ms each, made `over` most of a plain
+ * step and sent runs to plain steps for 500 tokens at 0.6x of drafting).
  *
  * Choosing K from the past keeps speculative decoding lossless: greedy output equals plain decoding
  * whatever K is, and sampled tokens keep the target distribution. (A fixed seed reproduces a sampled
@@ -77,8 +86,8 @@
 typedef struct ink_autok {
     int kmax;                              /* widths 1 .. kmax */
     int round;
-    int explore_k, explore_dir;            /* the width being explored (0: none), 0 up / 1 down */
-    int gap[2], next[2];                   /* rounds between explorations up / down, and when next */
+    int explore_k, explore_dir;            /* the width being explored (0: none), 0 up / 1 down / 2 plain */
+    int gap[3], next[3];                   /* rounds between explorations up / down / plain, and when next */
     double alpha[INK_MAX_DEPTH];           /* smoothed conditional acceptance of draft j + 1 */
     int alpha_n[INK_MAX_DEPTH];
     double alpha_w[INK_MAX_DEPTH];         /* its effective sample count, decayed by rounds since ... */

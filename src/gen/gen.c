@@ -78,6 +78,8 @@ struct ink_gen {
     double follow_s;        /* auto: seconds in follow() since the last observation (left out of it) */
     int run_rounds;         /* rounds of this run so far (the first WARM are not timed) */
     int woke;                /* this round restarted a dormant depth (wake) */
+    int rewoke;              /* ... one that was live before in this run (not its first start) */
+    uint64_t started;        /* depths (bits) started in this run */
     /* auto: depths 0..n_live-1 keep their history; the others are dormant (not maintained) until a
      * round drafts with them, when they restart from the last WAKE rows (see wake()) */
     int n_live, rounds_run, last_used[INK_MAX_DEPTH];
@@ -207,6 +209,8 @@ static void wake(gen *g, int m, int n)
     g->F[m] = p0;
     g->n_live = m + 1;
     g->woke = 1;
+    if (g->started & (uint64_t)1 << m) g->rewoke = 1;
+    g->started |= (uint64_t)1 << m;
 }
 
 /* Auto K, after a round: depths not drafted with for LIVE rounds stop being maintained. */
@@ -479,6 +483,7 @@ static void configure(gen *g, const ink_gen_opts *o, ink_gen_stats *st)
         g->ak_drafter = g->d, g->ak_mode = g->mode, g->ak_kmax = g->K;
     }
     g->seed_stale = 0, g->carry_s = 0, g->woke = 0, g->follow_s = 0, g->run_rounds = 0;
+    g->rewoke = 0, g->started = 0;
 }
 
 /* The width of the next round: fixed, the test hook's, or the controller's. */
@@ -902,9 +907,14 @@ int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err)
         /* a round that restarted dormant depths (their last 64 rows) costs more than its width does */
         double sec = g->woke || g->run_rounds < WARM ? -1 : td - ta + g->carry_s - g->follow_s;
         g->run_rounds++;
-        ink_autok_overhead(&g->ak, g->follow_s);
+        /* catch-ups count against drafting (autok.h), restarts of dormant depths among them: a
+         * depth that went dormant during plain steps and is drafted with again pays that, every
+         * time the choice flips. Not a depth's first start in a run: that is paid once, however
+         * the run goes on (charged, the three first starts of a 160 MiB twin's run, ~3 ms each,
+         * most of a plain step, made drafting look dear and a run went plain for 500 tokens) */
+        if (sec >= 0 || g->rewoke) ink_autok_overhead(&g->ak, g->follow_s);
         ink_autok_observe(&g->ak, g->k_eff, g->M, g->a, sec, tb - ta + g->carry_s - g->follow_s);
-        g->woke = 0, g->follow_s = 0;
+        g->woke = 0, g->rewoke = 0, g->follow_s = 0;
         g->rounds_run++;
         retire(g);
         g->k_next = next_width(g);
