@@ -172,7 +172,7 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
     int timed = seconds >= 0, explored = c->explore_k == K, dir = c->explore_dir;
     if (timed) {
         int n = c->cost_n[K];
-        if (n >= 3) { /* an established width: the speed factor first, then c(K) from what is left */
+        if (n >= 3 && !explored) { /* the width in use: the speed factor first, then c(K) from what is left */
             if (seconds > CLIP * c->speed * c->cost[K]) seconds = CLIP * c->speed * c->cost[K];
             c->speed += LAMBDA_S * (seconds / c->cost[K] - c->speed);
         }
@@ -188,7 +188,7 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
             }
             c->cost[K] = m, c->cost_w[K] = n, c->cost_at[K] = c->round;
         } else {
-            observe_stale(c, &c->cost[K], &c->cost_w[K], &c->cost_at[K], seconds, LAMBDA_C, LAMBDA_TC);
+            observe_stale(c, &c->cost[K], &c->cost_w[K], &c->cost_at[K], seconds, explored ? 0.5 : LAMBDA_C, LAMBDA_TC);
             c->cost_n[K]++;
         }
         if (M > 0) smooth(&c->draft_cost, &c->draft_n, draft_seconds / M, LAMBDA_C);

@@ -41,7 +41,11 @@
  * speed, so a drift common to all widths lands in `speed` and the widths measured rarely (the
  * explored neighbours) keep their place relative to the one in use. Without it, a neighbour measured
  * during a slow phase (the first rounds of a run: 10.5 ms per round of width 3 there, 7.5 ms later)
- * kept that cost until its next exploration and lost every comparison in between.
+ * kept that cost until its next exploration and lost every comparison in between. Only rounds of
+ * the width in use move `speed`: an exploration or a plain probe measures its own width, whose
+ * estimate may be the stale one (c(1) from a run's slow start: 0.64 ms against 0.26 measured, on
+ * the bundled model), so it moves that width's cost, at least half-way (as `speed` it had made
+ * every width look cheaper and left c(1) where it was).
  *
  * Exploration. A width never measured is estimated optimistically: the cost of the nearest measured
  * width below plus the measured cost of a draft per extra row (the verify's extra rows are assumed
