@@ -583,7 +583,7 @@ static void verify_prepare(gen *g, ink_gen_verify *v)
     int M = g->M;
     g->vin[0] = g->seq[g->n];
     for (int j = 0; j < M; j++) g->vin[j + 1] = g->drafts[j];
-    ink_session_save(g->s, g->snap);
+    if (M > 0) ink_session_save(g->s, g->snap); /* a plain step keeps its one row: nothing to roll back */
     v->session = g->s, v->tokens = g->vin, v->n_tokens = M + 1;
     v->out = (ink_eval_out){.logits = g->logits, .all_logits = 1};
     want_hidden(g, &v->out);
