@@ -337,13 +337,17 @@ typedef struct ink_gen_stats {
      * cost_n the rounds behind it, its yield Y(K) (measured tokens per round over the model's, 1
      * until measured), expected tokens per round Y(K) E(K), and the predicted tokens per second
      * Y(K) E(K) / c(K) (with unmeasured widths estimated as the controller does); alpha[j] the
-     * smoothed conditional acceptance of draft j+1; ctl_best the width it would choose next. */
+     * smoothed conditional acceptance of draft j+1; ctl_best the width it would choose next.
+     * ctl_text_period: the period of the text before the next round when it repeats (a greedy
+     * loop; 0: it does not); there the expected tokens per round of a width are those of its cycle
+     * where the controller's per-phase table covers it (gen/autok.h). */
     int auto_block, ctl_kmax, ctl_best;
     double ctl_cost_s[INK_MAX_BLOCK + 1], ctl_expected[INK_MAX_BLOCK + 1], ctl_rate[INK_MAX_BLOCK + 1];
     double ctl_yield[INK_MAX_BLOCK + 1];
     double ctl_overhead_s;                   /* drafter catch-up seconds per drafting round, in cost_s */
     int ctl_cost_n[INK_MAX_BLOCK + 1];
     double ctl_alpha[INK_MAX_DEPTH];
+    int ctl_text_period;
 } ink_gen_stats;
 
 /* Feeds the prompt (all of it, after a reset, unless reuse_prefix applies) and generates up to opts->max_tokens tokens into out[0..out_cap).

@@ -233,6 +233,42 @@ static void test_mtp_greedy_invariant_and_acceptance(void **state)
     json_decref(j);
 }
 
+/* Text that repeats (issue 16): the bundled model's greedy continuation of case 0 ends in a loop; a
+ * run with auto K reports its period (the smallest with which the output's last 64 tokens repeat,
+ * found here independently) to the draft-length controller, and stays the plain output. */
+static void test_auto_sees_the_loop(void **state)
+{
+    (void)state;
+    json_t *j = expected(), *cases = json_object_get(j, "cases");
+    ink_model *m = open_model();
+    ink_drafter *d = NULL;
+    ink_err e = {0};
+    assert_int_equal(ink_drafter_open(&d, m, DIR, &e), 0);
+    ink_session *s = NULL;
+    assert_int_equal(ink_session_create(&s, m, 1024, &e), 0);
+    int32_t p[MAXN], plain[MAXN], spec[MAXN];
+    int P = ids_of(json_object_get(json_array_get(cases, 0), "prompt_ids"), p, MAXN), N = 300;
+    assert_true(N <= MAXN);
+    assert_int_equal(gen(s, p, P, NULL, 0, INK_MTP_PER_DEPTH, N, plain, NULL, NULL), N);
+    int period = 0;
+    for (int L = 1; L <= 32 && !period; L++) {
+        int i = 0;
+        while (i < 64 && plain[N - 1 - i] == plain[N - 1 - i - L]) i++;
+        if (i == 64) period = L;
+    }
+    printf("  the greedy output's period: %d tokens\n", period);
+    assert_true(period > 1); /* the model loops (the test can fail) */
+    ink_gen_stats st;
+    assert_int_equal(gen(s, p, P, d, 0, INK_MTP_PER_DEPTH, N, spec, &st, NULL), N);
+    assert_memory_equal(spec, plain, sizeof(int32_t) * (size_t)N);
+    assert_int_equal(st.auto_block, 1);
+    assert_int_equal(st.ctl_text_period, period);
+    ink_session_free(s);
+    ink_drafter_free(d);
+    ink_model_free(m);
+    json_decref(j);
+}
+
 /* Chat answers (issue 17). The chat cases of expected.json are rendered as the engine renders a
  * chat request (checked against tok/chat.c). At T 0 every answer opens a text block, speculative
  * equals plain, and the MTP head's mean accepted length over the answers is >= 2.5 (per-depth mode,
@@ -320,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_tokenizer_ids_equal_python),
         cmocka_unit_test(test_greedy_equals_pytorch),
         cmocka_unit_test(test_cli_generate_ids_equal_pytorch),
+        cmocka_unit_test(test_auto_sees_the_loop),
         cmocka_unit_test(test_first_round_drafts_equal_pytorch),
         cmocka_unit_test(test_mtp_greedy_invariant_and_acceptance),
         cmocka_unit_test(test_chat_answers_and_acceptance),

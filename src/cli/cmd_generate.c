@@ -282,8 +282,8 @@ static void write_controller(FILE *f, const ink_gen_stats *st)
         if (st->k_hist[K]) fprintf(f, "%s\"%d\": %d", first ? "" : ", ", K, st->k_hist[K]), first = 0;
     fprintf(f, "},\n  \"controller\": {");
     if (st->ctl_kmax > 0) {
-        fprintf(f, "\"k_range\": [1, %d], \"k_best\": %d, \"catch_up_ms_per_drafting_round\": %.5f,\n    \"acceptance\": [",
-                st->ctl_kmax, st->ctl_best, st->ctl_overhead_s * 1e3);
+        fprintf(f, "\"k_range\": [1, %d], \"k_best\": %d, \"catch_up_ms_per_drafting_round\": %.5f, \"text_period\": %d,\n    \"acceptance\": [",
+                st->ctl_kmax, st->ctl_best, st->ctl_overhead_s * 1e3, st->ctl_text_period);
         for (int j = 0; j + 1 < st->ctl_kmax; j++)
             if (st->ctl_alpha[j] < 0) fprintf(f, "%snull", j ? ", " : "");
             else fprintf(f, "%s%.4f", j ? ", " : "", st->ctl_alpha[j]);

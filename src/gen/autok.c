@@ -27,8 +27,6 @@
 #define YIELD_LO 0.5
 #define YIELD_HI 1.5
 
-/* The longest wait between explorations in direction dir (2: plain probes) while `best` is best. */
-static int explore_cap(int best, int dir) { return dir == 2 ? PROBE_MAX : best == 1 ? EXPLORE_MAX_PLAIN : EXPLORE_MAX; }
 
 void ink_autok_init(ink_autok *c, int kmax)
 {
@@ -37,6 +35,77 @@ void ink_autok_init(ink_autok *c, int kmax)
     c->gap[0] = c->gap[1] = EXPLORE, c->next[0] = EXPLORE, c->next[1] = EXPLORE + EXPLORE / 2;
     c->gap[2] = 2 * EXPLORE, c->next[2] = 2 * EXPLORE;
     c->speed = 1.0;
+    memset(c->loop_exact, -1, sizeof c->loop_exact);
+}
+
+/* ---- text that repeats (autok.h) ---- */
+
+void ink_autok_text(ink_autok *c, int L, int phase)
+{
+    if (L < 0 || L > INK_AUTOK_LOOP) L = 0;
+    if (L != c->loop_L) { /* another period (or none): what the table says is void */
+        c->loop_L = L, c->loop_quiet = 0;
+        memset(c->loop_exact, -1, sizeof c->loop_exact), memset(c->loop_lo, 0, sizeof c->loop_lo);
+    }
+    c->loop_phase = L ? ((phase % L) + L) % L : 0;
+}
+
+#define LOOP_QUIET 8 /* rounds without a contradiction before the table is used */
+
+static int loop_on(const ink_autok *c) { return c->loop_L > 0 && c->loop_quiet >= LOOP_QUIET; }
+
+int ink_autok_loop(const ink_autok *c) { return loop_on(c) ? c->loop_L : 0; }
+
+/* Drafts a round of d drafts from phase s accepts by the table; -1: the table does not say. */
+static int loop_accepts(const ink_autok *c, int s, int d)
+{
+    if (c->loop_exact[s] >= 0) return c->loop_exact[s] < d ? c->loop_exact[s] : d;
+    return c->loop_lo[s] >= d ? d : -1;
+}
+
+/* Tokens per round of width K's cycle from the current phase, by the table; -1: not covered. */
+static double loop_tokens(const ink_autok *c, int K)
+{
+    if (!loop_on(c)) return -1;
+    int L = c->loop_L, s = c->loop_phase, at[INK_AUTOK_LOOP], tok[INK_AUTOK_LOOP + 1];
+    for (int i = 0; i < L; i++) at[i] = -1;
+    for (int step = 0; step <= L; step++) {
+        if (at[s] >= 0) { /* the cycle: steps at[s] .. step - 1 */
+            int sum = 0;
+            for (int i = at[s]; i < step; i++) sum += tok[i];
+            return (double)sum / (step - at[s]);
+        }
+        int a = loop_accepts(c, s, K - 1);
+        if (a < 0) return -1;
+        at[s] = step, tok[step] = a + 1, s = (s + a + 1) % L;
+    }
+    return -1; /* not reached: a walk over L phases revisits one within L + 1 steps */
+}
+
+/* The longest wait between explorations of width k in direction dir (2: plain probes) while `best`
+ * is best; 4 x longer where the text repeats and the table already values k (an exploration then
+ * only refreshes k's cost, and each one shifts the cycle: ~2 % of the tokens of a run at 1 in 32). */
+#define LOOP_SLOW 4
+static int explore_cap(const ink_autok *c, int best, int dir, int k)
+{
+    int cap = dir == 2 ? PROBE_MAX : best == 1 ? EXPLORE_MAX_PLAIN : EXPLORE_MAX;
+    return best >= 2 && loop_on(c) && (dir == 2 || loop_tokens(c, k) >= 0) ? cap * LOOP_SLOW : cap;
+}
+
+/* One round of d drafts from the current phase accepted a: into the table. One that contradicts it
+ * (a loop still forming, whose first repeats the drafter predicts worse; sampled text) replaces the
+ * phase's entry and restarts the quiet count, so a table is used only after LOOP_QUIET rounds that
+ * all agreed with it. */
+static void loop_record(ink_autok *c, int d, int a)
+{
+    if (!c->loop_L || d < 1 || a < 0 || a > d) return;
+    int s = c->loop_phase, want = loop_accepts(c, s, d);
+    int lo = c->loop_lo[s] < d ? c->loop_lo[s] : d;
+    if ((want >= 0 && a != want) || a < lo) {
+        c->loop_quiet = 0, c->loop_exact[s] = -1, c->loop_lo[s] = 0;
+    } else if (c->loop_quiet < LOOP_QUIET) c->loop_quiet++;
+    if (a < d) c->loop_exact[s] = (int8_t)a, c->loop_lo[s] = (int8_t)a;
+    else if (a > c->loop_lo[s]) c->loop_lo[s] = (int8_t)a;
 }
 
 /* Running mean for the first 1/lambda samples, then an exponential average. */
@@ -77,6 +146,13 @@ double ink_autok_expected(const ink_autok *c, int K)
     double e = 1, run = 1;
     for (int j = 0; j < K - 1 && j < INK_MAX_DEPTH; j++) run *= alpha_of(c, j), e += run;
     return e;
+}
+
+double ink_autok_tokens(const ink_autok *c, int K)
+{
+    if (K < 1 || K > c->kmax) return 0;
+    double t = loop_tokens(c, K);
+    return t >= 0 ? t : ink_autok_yield(c, K) * ink_autok_expected(c, K);
 }
 
 /* c(K) in units of the speed factor (what decisions compare: the factor is common to all widths) */
@@ -123,7 +199,7 @@ int ink_autok_best(const ink_autok *c)
     for (int K = 1; K <= c->kmax && K <= reach + 1; K++) {
         double cost = width_cost(c, K);
         if (!(cost > 0)) continue;
-        double r = ink_autok_yield(c, K) * ink_autok_expected(c, K) / cost;
+        double r = ink_autok_tokens(c, K) / cost;
         if (r > br * (1 + 1e-9)) br = r, best = K; /* ties go to the narrower width */
     }
     return best;
@@ -135,6 +211,21 @@ int ink_autok_choose(ink_autok *c)
     c->round++;
     c->explore_k = 0;
     if (c->kmax < 2) return best;
+    /* text that repeats: fill the table at this phase. Not from plain steps (a fill restarts dormant
+     * depths, dear where plain steps win) and not past one width beyond the widest measured (autok.h) */
+    if (loop_on(c) && c->cost_n[1] >= 2 && best >= 2) {
+        int reach = 1;
+        for (int k = 1; k <= c->kmax; k++)
+            if (c->cost_n[k]) reach = k;
+        double cb = width_cost(c, best), rb = cb > 0 ? ink_autok_tokens(c, best) / cb : 0;
+        for (int k = reach + 1 < c->kmax ? reach + 1 : c->kmax; k >= 2; k--) {
+            double ck = width_cost(c, k);
+            if (k == best || loop_accepts(c, c->loop_phase, k - 1) >= 0 || loop_tokens(c, k) >= 0) continue;
+            if (ck > 0 && k / ck <= rb) continue; /* loses even if every draft were accepted */
+            c->explore_k = k, c->explore_dir = 3;
+            return k;
+        }
+    }
     for (int dir = 0; dir < 2; dir++) {
         int k = dir ? best - 1 : best + 1;
         if (k < 1 || k > c->kmax) {
@@ -145,8 +236,8 @@ int ink_autok_choose(ink_autok *c)
         /* a wider width that loses even if every draft were accepted: only acceptance could change
          * that, and it cannot; its cost is re-measured only every EXPLORE_MAX(_PLAIN) rounds */
         double ck = width_cost(c, k), cb = width_cost(c, best);
-        int cap = explore_cap(best, dir);
-        if (!dir && ck > 0 && cb > 0 && c->cost_n[k] >= 3 && k / ck < ink_autok_yield(c, best) * ink_autok_expected(c, best) / cb &&
+        int cap = explore_cap(c, best, dir, k);
+        if (!dir && ck > 0 && cb > 0 && c->cost_n[k] >= 3 && k / ck < ink_autok_tokens(c, best) / cb &&
             c->gap[dir] < cap) {
             c->gap[dir] = cap, c->next[dir] = c->round + cap;
             continue;
@@ -210,6 +301,7 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
         c->yield[K] = c->yield[K] < YIELD_LO ? YIELD_LO : c->yield[K] > YIELD_HI ? YIELD_HI : c->yield[K];
         c->yield_n[K]++;
     }
+    loop_record(c, M, a);
     for (int j = 0; j < M && j <= a && j < INK_MAX_DEPTH; j++) {
         double x = j < a ? 1.0 : 0.0;
         if (!c->alpha_n[j]) /* what an unobserved position is assumed, PRIOR_N observations of it */
@@ -217,12 +309,13 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
         observe_stale(c, &c->alpha[j], &c->alpha_w[j], &c->alpha_at[j], x, LAMBDA_A, LAMBDA_T);
         c->alpha_n[j]++;
     }
-    if (explored) {
+    if (explored && dir == 3) c->explore_k = 0; /* a table fill: no wait to adjust */
+    else if (explored) {
         if (!timed) c->next[dir] = c->round + 1; /* its cost was not measured: try it again next round */
         else { /* a neighbour that now looks best resets its direction's wait, one that lost doubles it */
             int best = ink_autok_best(c);
             if (best == K) c->gap[dir] = EXPLORE;
-            else if (c->gap[dir] < explore_cap(best, dir)) c->gap[dir] *= 2;
+            else if (c->gap[dir] < explore_cap(c, best, dir, K)) c->gap[dir] *= 2;
             c->next[dir] = c->round + c->gap[dir];
         }
         c->explore_k = 0;

@@ -76,6 +76,23 @@
  * goes on; charged, a 160 MiB twin's three first starts, ~3 ms each, made `over` most of a plain
  * step and sent runs to plain steps for 500 tokens at 0.6x of drafting).
  *
+ * Text that repeats exactly (a greedy loop). There a round's outcome is set by where in the loop it
+ * starts: on a 160 MiB twin's 7-token loop, rounds from one phase accepted all 4 drafts, from two
+ * others the first only, from two more none, every time; width 5 then runs the cycle 5 + 2 tokens
+ * (3.5 a round), widths 3 and 4 cycles of 2.33, width 2 one of 1.75. No per-position rate describes
+ * that (the widths between are a valley the neighbour explorations cannot see across: runs settled on
+ * width 3 or 4 at 0.8x of width 5), and single rounds of a neighbour start at the phases of the width
+ * in use, not its own. So the caller tells the controller the text's period L (the smallest L <= 64
+ * with which the last max(2 L, 32) tokens repeat; 0: none) and the phase (position mod L) of each
+ * round, and the controller keeps per phase how many drafts are accepted from it (exactly, once a
+ * round rejected one; at least, while all were accepted). A width whose cycle from the current
+ * phase the table covers is valued by that cycle's tokens per round (simulated) instead of Y(K) E(K);
+ * a width the table does not cover at the current phase, and that could win if all its drafts were
+ * accepted, is tried for one round there (the widest such, so one round fills the phase for every
+ * width). An observation that contradicts the table (a loop still forming, whose first repeats the
+ * drafter predicts worse; sampled text) replaces the phase's entry, and the table is used only after
+ * 8 rounds in a row that agreed with it.
+ *
  * Choosing K from the past keeps speculative decoding lossless: greedy output equals plain decoding
  * whatever K is, and sampled tokens keep the target distribution. (A fixed seed reproduces a sampled
  * run only with a fixed K, since K decides which uniforms are drawn.)
@@ -86,6 +103,8 @@
 #define INK_GEN_AUTOK_H
 
 #include "inkling.h"
+
+#define INK_AUTOK_LOOP 64 /* the longest text period the controller follows */
 
 typedef struct ink_autok {
     int kmax;                              /* widths 1 .. kmax */
@@ -110,6 +129,10 @@ typedef struct ink_autok {
     double over, over_pending;             /* catch-up seconds per drafting round (smoothed, in units
                                             * of the speed factor); those since the last one */
     int over_n;
+    /* text that repeats (see above): its period (0: none), the phase of the round being chosen, and
+     * per phase the drafts accepted from it: exactly (>= 0; -1 unknown), or at least lo */
+    int loop_L, loop_phase, loop_quiet;     /* ... and the rounds since one contradicted the table */
+    int8_t loop_exact[INK_AUTOK_LOOP], loop_lo[INK_AUTOK_LOOP];
 } ink_autok;
 
 /* Forgets everything; widths 1 .. kmax (clamped to 1 .. INK_MAX_BLOCK). */
@@ -120,6 +143,15 @@ double ink_autok_expected(const ink_autok *c, int K);
 /* Y(K): the width's measured tokens per round over what E(K) predicted for its rounds (1 until it is
  * measured); the controller ranks widths by Y(K) E(K) / c(K). */
 double ink_autok_yield(const ink_autok *c, int K);
+/* Tokens a round of width K is expected to emit, as the controller ranks it: on text that repeats,
+ * the tokens per round of K's cycle when the table covers it, else Y(K) E(K). */
+double ink_autok_tokens(const ink_autok *c, int K);
+/* The text before the next round repeats with period L (0: it does not; L > INK_AUTOK_LOOP counts
+ * as 0) and that round starts at phase `phase` (its newest token's position mod L). Call before
+ * ink_autok_choose; the round's ink_autok_observe records its outcome under that phase. */
+void ink_autok_text(ink_autok *c, int L, int phase);
+/* The text period whose table the controller uses now (0: none, or not trusted yet). */
+int ink_autok_loop(const ink_autok *c);
 /* c(K) as the controller sees it, in seconds at the current speed: measured, or the optimistic
  * estimate for an unmeasured width; 0 when nothing at all is measured yet. */
 double ink_autok_cost(const ink_autok *c, int K);

@@ -482,14 +482,31 @@ static void configure(gen *g, const ink_gen_opts *o, ink_gen_stats *st)
         ink_autok_init(&g->ak, g->K); /* what was measured with another drafter, mode or range is void */
         g->ak_drafter = g->d, g->ak_mode = g->mode, g->ak_kmax = g->K;
     }
+    if (g->d) ink_autok_text(&g->ak, 0, 0); /* a loop of the last run's text is not this run's */
     g->seed_stale = 0, g->carry_s = 0, g->woke = 0, g->follow_s = 0, g->run_rounds = 0;
     g->rewoke = 0, g->started = 0;
 }
 
-/* The width of the next round: fixed, the test hook's, or the controller's. */
-static int next_width(gen *g)
+/* The smallest period L <= INK_AUTOK_LOOP with which the last max(2 L, 32) tokens of seq[0..n]
+ * repeat (text in a greedy loop), 0 if none: what the draft-length controller follows (autok.h). */
+static int text_period(const int32_t *seq, int n)
+{
+    for (int L = 1; L <= INK_AUTOK_LOOP; L++) {
+        int w = 2 * L > 32 ? 2 * L : 32, i = 0;
+        if (n - w - L + 1 < 0) break;
+        while (i < w && seq[n - i] == seq[n - i - L]) i++;
+        if (i == w) return L;
+    }
+    return 0;
+}
+
+/* The width of the next round (its newest token at position `newest`): fixed, the test hook's, or
+ * the controller's. */
+static int next_width(gen *g, int newest)
 {
     if (!g->autok) return g->K;
+    int L = text_period(g->seq, newest);
+    ink_autok_text(&g->ak, L, L ? newest % L : 0);
     if (g->o->choose_block) {
         int k = g->o->choose_block(g->o->ud, g->st->rounds + g->st->k_hist[1], g->K);
         return k < 1 ? 1 : k > g->K ? g->K : k;
@@ -692,12 +709,12 @@ static void report_controller(const gen *g, ink_gen_stats *st)
 {
     const ink_autok *c = &g->ak;
     st->ctl_kmax = c->kmax, st->ctl_best = ink_autok_best(c);
-    st->ctl_overhead_s = c->speed * c->over;
+    st->ctl_overhead_s = c->speed * c->over, st->ctl_text_period = c->loop_L;
     for (int K = 1; K <= c->kmax; K++) {
         double cost = ink_autok_cost(c, K);
         st->ctl_cost_s[K] = c->cost_n[K] ? cost : 0, st->ctl_cost_n[K] = c->cost_n[K];
         st->ctl_yield[K] = ink_autok_yield(c, K);
-        st->ctl_expected[K] = st->ctl_yield[K] * ink_autok_expected(c, K);
+        st->ctl_expected[K] = ink_autok_tokens(c, K);
         st->ctl_rate[K] = cost > 0 ? st->ctl_expected[K] / cost : 0;
     }
     for (int j = 0; j + 1 < c->kmax && j < INK_MAX_DEPTH; j++) st->ctl_alpha[j] = c->alpha_n[j] ? c->alpha[j] : -1;
@@ -780,7 +797,7 @@ static int prefill_finish(ink_gen *g, ink_err *err)
         g->seq[g->n] = pick(g, g->logits, NULL, P);
         emit(g, g->seq[g->n]);
     }
-    g->k_next = next_width(g);
+    g->k_next = next_width(g, g->n);
     if (!g->stop && g->compat && g->Mmax > 0) {
         if (g->autok && (g->k_next < 2 || !g->n_live)) g->seed_stale = 1;
         else compat_update(g, P);
@@ -917,7 +934,7 @@ int ink_gen_step_end(ink_gen *g, int eval_rc, ink_err *err)
         g->woke = 0, g->rewoke = 0, g->follow_s = 0;
         g->rounds_run++;
         retire(g);
-        g->k_next = next_width(g);
+        g->k_next = next_width(g, g->n + g->e);
     }
     drafter_update(g);
     double te = ink_now_s();
