@@ -50,6 +50,24 @@ static ink_model *open_model(void)
     return m;
 }
 
+/* The model, its MTP head and a 1,024-token session (the caller frees all three). */
+static ink_model *open_all(ink_drafter **d, ink_session **s)
+{
+    ink_model *m = open_model();
+    ink_err e = {0};
+    *d = NULL, *s = NULL;
+    if (ink_drafter_open(d, m, DIR, &e)) fail_msg("drafter: %s", e.msg);
+    if (ink_session_create(s, m, 1024, &e)) fail_msg("session: %s", e.msg);
+    return m;
+}
+
+static void close_all(ink_model *m, ink_drafter *d, ink_session *s)
+{
+    ink_session_free(s);
+    ink_drafter_free(d);
+    ink_model_free(m);
+}
+
 typedef struct first_round {
     int seen, n;
     int32_t drafts[INK_MAX_DEPTH];
@@ -161,14 +179,11 @@ static void test_first_round_drafts_equal_pytorch(void **state)
 {
     (void)state;
     json_t *j = expected(), *cases = json_object_get(j, "cases");
-    ink_model *m = open_model();
-    ink_drafter *d = NULL;
-    ink_err e = {0};
-    assert_int_equal(ink_drafter_open(&d, m, DIR, &e), 0);
+    ink_drafter *d;
+    ink_session *s;
+    ink_model *m = open_all(&d, &s);
     int D = ink_drafter_n_depth(d);
     assert_true(D >= 4);
-    ink_session *s = NULL;
-    assert_int_equal(ink_session_create(&s, m, 1024, &e), 0);
     int agree = 0, total = 0;
     for (size_t i = 0; i < json_array_size(cases); i++) {
         json_t *c = json_array_get(cases, i);
@@ -186,9 +201,7 @@ static void test_first_round_drafts_equal_pytorch(void **state)
         for (int k = 0; k < D; k++) agree += fr.drafts[k] == want[k], total++;
     }
     assert_int_equal(agree, total);
-    ink_session_free(s);
-    ink_drafter_free(d);
-    ink_model_free(m);
+    close_all(m, d, s);
     json_decref(j);
 }
 
@@ -196,13 +209,11 @@ static void test_mtp_greedy_invariant_and_acceptance(void **state)
 {
     (void)state;
     json_t *j = expected(), *cases = json_object_get(j, "cases");
-    ink_model *m = open_model();
-    ink_drafter *d = NULL;
+    ink_drafter *d;
+    ink_session *s;
+    ink_model *m = open_all(&d, &s);
     ink_err e = {0};
-    assert_int_equal(ink_drafter_open(&d, m, DIR, &e), 0);
     int D = ink_drafter_n_depth(d);
-    ink_session *s = NULL;
-    assert_int_equal(ink_session_create(&s, m, 1024, &e), 0);
     long acc[3] = {0, 0, 0}, drafted[3] = {0, 0, 0};
     for (int mode = 0; mode < 3; mode++) /* 2: per-depth with the 1,024-token draft vocabulary */
         for (int K = 2; K <= D + 2; K += K >= 3 && tu_emulated() ? D - 1 : 1) /* qemu: K 2, 3, D + 2 */
@@ -227,9 +238,7 @@ static void test_mtp_greedy_invariant_and_acceptance(void **state)
     /* a trained head: far above chance (1/4096 per draft) */
     assert_true(acc[0] * 10 > drafted[0]);
     assert_true(acc[2] * 10 > drafted[2]);
-    ink_session_free(s);
-    ink_drafter_free(d);
-    ink_model_free(m);
+    close_all(m, d, s);
     json_decref(j);
 }
 
@@ -240,12 +249,9 @@ static void test_auto_sees_the_loop(void **state)
 {
     (void)state;
     json_t *j = expected(), *cases = json_object_get(j, "cases");
-    ink_model *m = open_model();
-    ink_drafter *d = NULL;
-    ink_err e = {0};
-    assert_int_equal(ink_drafter_open(&d, m, DIR, &e), 0);
-    ink_session *s = NULL;
-    assert_int_equal(ink_session_create(&s, m, 1024, &e), 0);
+    ink_drafter *d;
+    ink_session *s;
+    ink_model *m = open_all(&d, &s);
     int32_t p[MAXN], plain[MAXN], spec[MAXN];
     int P = ids_of(json_object_get(json_array_get(cases, 0), "prompt_ids"), p, MAXN), N = 300;
     assert_true(N <= MAXN);
@@ -263,9 +269,7 @@ static void test_auto_sees_the_loop(void **state)
     assert_memory_equal(spec, plain, sizeof(int32_t) * (size_t)N);
     assert_int_equal(st.auto_block, 1);
     assert_int_equal(st.ctl_text_period, period);
-    ink_session_free(s);
-    ink_drafter_free(d);
-    ink_model_free(m);
+    close_all(m, d, s);
     json_decref(j);
 }
 
