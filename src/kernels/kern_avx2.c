@@ -460,23 +460,29 @@ AI void bias_terms(const int bits, const ink_mat *W, int o, const ink_qx *qx, in
     int G = W->cols / W->group, g = 0;
     size_t base = (size_t)o * W->sstride;
     __m256 bt[4];
-    float bs[4];
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) bt[t] = _mm256_setzero_ps(), bs[t] = 0.0f;
+    for (int t = 0; t < NT; t++) bt[t] = _mm256_setzero_ps();
     for (; g + 8 <= G; g += 8) {
         __m256 bv = scales8(W->biases, W->sdtype, base + (size_t)g);
         if (bits == 8) bv = _mm256_fmadd_ps(_mm256_set1_ps(128.0f), scales8(W->scales, W->sdtype, base + (size_t)g), bv);
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) bt[t] = _mm256_fmadd_ps(bv, _mm256_loadu_ps(qx->xs[t0 + t] + g), bt[t]);
     }
-    for (; g < G; g++) {
-        float b = scale_at(W->biases, W->sdtype, base + (size_t)g);
-        if (bits == 8) b = b + 128.0f * scale_at(W->scales, W->sdtype, base + (size_t)g);
+    if (g < G) { /* the last G % 8 groups in the same lanes, zero-padded: groups appended with bias 0
+                  * (a twin's zero columns) add exact zeros and change no sum */
+        float bb[8] = {0}, xx[4][8] = {{0}};
+        for (int i = 0; g + i < G; i++) {
+            bb[i] = scale_at(W->biases, W->sdtype, base + (size_t)(g + i));
+            if (bits == 8) bb[i] = bb[i] + 128.0f * scale_at(W->scales, W->sdtype, base + (size_t)(g + i));
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) bs[t] += b * qx->xs[t0 + t][g];
+            for (int t = 0; t < NT; t++) xx[t][i] = qx->xs[t0 + t][g + i];
+        }
+        __m256 bv = _mm256_loadu_ps(bb);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) bt[t] = _mm256_fmadd_ps(bv, _mm256_loadu_ps(xx[t]), bt[t]);
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) out[t] = hsum8(bt[t]) + bs[t];
+    for (int t = 0; t < NT; t++) out[t] = hsum8(bt[t]);
 }
 
 AI void i8tile(const int bits, const ink_mat *W, int o, const ink_qx *qx, int t0, float *y, int ldy, const int NT)
