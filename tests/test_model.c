@@ -263,8 +263,11 @@ static void test_layouts_equivalent(void **state)
         if (v == 0) assert_string_equal(ink_model_get_info(m)->names, "hf");
         if (v == 2) assert_int_equal(ink_model_get_info(m)->n_files, 3);
         float *got = prefill_logits(m, ids, 24);
-        if (v < 4) assert_memory_equal(got, ref, n * 4);
-        else {
+        if (v < 3 || (v == 3 && !ink_kernels_active()->rows_pairs)) assert_memory_equal(got, ref, n * 4);
+        else if (v == 3) { /* a set that sums bf16 weights in lane pairs (AVX2) orders the sums otherwise */
+            float mref = 0, d = tu_max_abs_diff(got, ref, n, &mref);
+            assert_true(d <= 1e-5f * (mref > 1 ? mref : 1));
+        } else {
             float d = tu_max_abs_diff(got, ref, n, NULL);
             assert_true(d > 1e-3f);
         }

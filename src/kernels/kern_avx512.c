@@ -1426,7 +1426,7 @@ static int avx512_bf16x_ok(void)
  * the same f32 peak as 512-bit FMAs. */
 static const ink_kernels avx512_set = {"avx512",       avx512_rows,       avx512_attn,      avx512_read,
                                        ink_avx2_fma,   avx512_rows_bf16x, avx512_bf16x_ok, avx512_bf16x_fill,
-                                       ink_avx512_expv};
+                                       ink_avx512_expv, NULL,              NULL};
 
 const ink_kernels *ink_kernels_avx512_raw(void) { return &avx512_set; }
 

@@ -352,7 +352,7 @@ static void scalar_attn(const ink_attn *a)
     }
 }
 
-static const ink_kernels scalar_set = {"scalar", scalar_rows, scalar_attn, NULL, NULL, NULL, NULL, NULL, NULL}; /* probes: the bench's loops */
+static const ink_kernels scalar_set = {"scalar", scalar_rows, scalar_attn, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL}; /* probes: the bench's loops */
 
 const ink_kernels *ink_kernels_scalar(void) { return &scalar_set; }
 
@@ -429,6 +429,7 @@ typedef struct mm_ctx {
     float *y;
     int ldx, ldy, T, int8;
     const uint16_t *xb; /* bf16 activations (native path), xb[t * ldx + k] */
+    int pairs;          /* x is reordered for the set's rows_pairs */
 } mm_ctx;
 
 #define MM_CHUNK_MIN ((size_t)256 << 10)
@@ -441,6 +442,7 @@ static void mm_task(void *arg, int q0, int q1, int tid)
     int R = c->W->rows, r0 = q0 * 4, r1 = q1 * 4 < R ? q1 * 4 : R;
     if (r1 <= r0) return;
     if (c->xb) c->k->rows_bf16x(c->W, c->xb, c->ldx, c->T, c->y, c->ldy, r0, r1);
+    else if (c->pairs) c->k->rows_pairs(c->W, c->x, c->ldx, c->T, c->y, c->ldy, r0, r1);
     else c->k->rows(c->W, c->x, c->ldx, c->T, c->y, c->ldy, r0, r1, c->int8);
 }
 
@@ -460,7 +462,7 @@ static void matmul_bx(const ink_kernels *k, ink_pool *p, const ink_mat *W, const
     int tb = (native ? BX_BUF : BX_BUF / 2) / K;
     for (int t0 = 0; t0 < T; t0 += tb) {
         int nt = T - t0 < tb ? T - t0 : tb;
-        mm_ctx c = {k, W, NULL, y + (size_t)t0 * ldy, K, ldy, nt, 0, NULL};
+        mm_ctx c = {k, W, NULL, y + (size_t)t0 * ldy, K, ldy, nt, 0, NULL, 0};
         if (native) {
             for (int t = 0; t < nt; t++)
                 (k->bf16x_fill ? k->bf16x_fill : ink_bf16x_round)(buf.h + (size_t)t * K, x + (size_t)(t0 + t) * ldx, K);
@@ -479,6 +481,23 @@ static void matmul_bx(const ink_kernels *k, ink_pool *p, const ink_mat *W, const
     }
 }
 
+/* bf16 weights on f32 activations where the set takes them in lane pairs: x reordered once per call
+ * on the caller's stack (as matmul_bx), in blocks of tokens that fit; rows never depend on the
+ * blocking. */
+#define PAIRS_BUF 65536 /* floats: 256 KiB */
+static void matmul_pairs(const ink_kernels *k, ink_pool *p, const ink_mat *W, const float *x, int ldx, int T,
+                         float *y, int ldy)
+{
+    float buf[PAIRS_BUF];
+    int K = W->cols, tb = PAIRS_BUF / K;
+    for (int t0 = 0; t0 < T; t0 += tb) {
+        int nt = T - t0 < tb ? T - t0 : tb;
+        for (int t = 0; t < nt; t++) k->pairs_fill(buf + (size_t)t * K, x + (size_t)(t0 + t) * ldx, K);
+        mm_ctx c = {k, W, buf, y + (size_t)t0 * ldy, K, ldy, nt, 0, NULL, 1};
+        mm_run(p, &c);
+    }
+}
+
 void ink_matmul_k(const ink_kernels *k, ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y,
                   int ldy)
 {
@@ -486,7 +505,11 @@ void ink_matmul_k(const ink_kernels *k, ink_pool *p, const ink_mat *W, const flo
         matmul_bx(k, p, W, x, ldx, T, y, ldy);
         return;
     }
-    mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_mat_int8(W), NULL};
+    if (W->dtype == INK_DT_BF16 && k->rows_pairs && W->cols <= PAIRS_BUF) {
+        matmul_pairs(k, p, W, x, ldx, T, y, ldy);
+        return;
+    }
+    mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_mat_int8(W), NULL, 0};
     mm_run(p, &c);
 }
 

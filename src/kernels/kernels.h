@@ -29,6 +29,10 @@
  * (block scale d, group scale s, lane order). The activation error is ~1e-3 relative; the f32 path
  * (int8 = 0) matches a dequantized-f32 twin to 1e-6.
  *
+ * bf16 weights on f32 activations in the AVX2 set: lanes over pairs of k instead (lane j takes
+ * k + 2j then k + 2j + 1 in each block of 16, x reordered once per call: kernels.c matmul_pairs),
+ * combined as above, then the cols % 16 tail in order: the same for every T, tile and thread count.
+ *
  * bf16 activations: a BF16 view with `bf16x` set (the loader sets it from ink_model_opts.activations
  * = bf16) takes x rounded to bf16 (round to nearest even, f32 denormals to zero: ink_bf16x_round,
  * once per matmul call, shared by the threads), so every product of a bf16 weight and a bf16
@@ -140,6 +144,10 @@ typedef struct ink_kernels {
     int (*bf16x_ok)(void); /* does this CPU run rows_bf16x (NULL: no) */
     void (*bf16x_fill)(uint16_t *dst, const float *x, int n); /* ink_bf16x_round's bits, faster (or NULL) */
     void (*expv)(const float *x, float *y, int n); /* y = ink_exp_poly(x) in lanes (NULL: the scalar loop) */
+    /* BF16 views on f32 activations in lane pairs (NULL: the set's rows take them): x reordered by
+     * pairs_fill per block of 16 (evens, then odds; the cols % 16 tail as is), once per call. */
+    void (*rows_pairs)(const ink_mat *W, const float *xp, int ldxp, int T, float *y, int ldy, int r0, int r1);
+    void (*pairs_fill)(float *dst, const float *x, int n);
 } ink_kernels;
 
 /* bf16 activations apply to W: BF16 view, bf16x set, cols <= INK_BX_MAXK. */
