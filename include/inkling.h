@@ -289,6 +289,7 @@ typedef struct ink_round {
     const int32_t *emitted;
     int32_t bonus;
     int bonus_emitted;
+    double draft_s, verify_s, rollback_s; /* the round's time by phase (rollback: restore + replay) */
 } ink_round;
 
 typedef struct ink_gen_opts {

@@ -270,7 +270,8 @@ static void trace_round(void *ud, const ink_round *r)
     for (int i = 0; i < r->n_drafts; i++) fprintf(f, "%s%.6f", i ? ", " : "", r->draft_margins[i]);
     fprintf(f, "], \"a\": %d, \"emitted\": [", r->a);
     for (int i = 0; i < r->n_emitted; i++) fprintf(f, "%s%d", i ? ", " : "", r->emitted[i]);
-    fprintf(f, "], \"bonus\": %d, \"bonus_emitted\": %s}\n", r->bonus, r->bonus_emitted ? "true" : "false");
+    fprintf(f, "], \"bonus\": %d, \"bonus_emitted\": %s, \"ms\": [%.3f, %.3f, %.3f]}\n", r->bonus,
+            r->bonus_emitted ? "true" : "false", 1e3 * r->draft_s, 1e3 * r->verify_s, 1e3 * r->rollback_s);
 }
 
 /* The rounds by verify width and the draft-length controller's view: enough to see why auto chose

@@ -699,7 +699,7 @@ static void record(gen *g, double ta, double tb, double tc, double td)
     st->draft_s += tb - ta, st->verify_s += tc - tb, st->rollback_s += td - tc;
     if (g->o->on_round) {
         ink_round r = {st->rounds - 1, g->n,  g->k_eff,   M,       g->drafts, g->blocks, g->margins, a,
-                       g->e,           g->emitted, g->bonus, g->bonus_emitted};
+                       g->e,           g->emitted, g->bonus, g->bonus_emitted, tb - ta, tc - tb, td - tc};
         g->o->on_round(g->o->ud, &r);
     }
 }
