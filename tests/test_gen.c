@@ -353,10 +353,11 @@ static void test_autok_probes_plain_steps(void **state)
  * runs got stuck in. After 40 rounds of free text (acceptance 0.6, no period), the loop: the
  * controller, told the period and phase, must reach 95 % of the best fixed width's rate over the loop;
  * the same controller not told, runs no better than 93 % on some seed (the test can fail). */
-static double loop_run_on(uint64_t seed, int tell, int fixed, int *hist, const double *cost, double slow)
+static double loop_run_on(uint64_t seed, int tell, int fixed, int *hist, const double *cost, double slow,
+                          double alpha)
 {
     static const int acc[7] = {4, 2, 0, 1, 0, 1, 3};
-    synth m = {0.75, 0.25, 0.04, 0.6, seed, 0, 0, 0};
+    synth m = {0.75, 0.25, 0.04, alpha, seed, 0, 0, 0};
     ink_autok c;
     ink_autok_init(&c, 5);
     double tok = 0, sec = 0;
@@ -374,7 +375,7 @@ static double loop_run_on(uint64_t seed, int tell, int fixed, int *hist, const d
                 a++;
             }
         double draft_s = m.draft * M, t = cost ? cost[K] : m.base + m.per_row * K + draft_s;
-        if (!fixed) ink_autok_observe(&c, K, M, a, t * (r < 60 ? slow : 1.0), draft_s);
+        if (!fixed) ink_autok_observe(&c, K, M, a, t * (r < 40 && (!cost || K == 3) ? slow : 1.0), draft_s);
         n += a + 1;
         if (r >= 100) tok += a + 1, sec += t, hist[K]++;
     }
@@ -383,7 +384,7 @@ static double loop_run_on(uint64_t seed, int tell, int fixed, int *hist, const d
 
 static double loop_run(uint64_t seed, int tell, int fixed, int *hist)
 {
-    return loop_run_on(seed, tell, fixed, hist, NULL, 1.0);
+    return loop_run_on(seed, tell, fixed, hist, NULL, 1.0, 0.6);
 }
 
 static void test_autok_follows_a_loop(void **state)
@@ -409,22 +410,23 @@ static void test_autok_follows_a_loop(void **state)
 
 /* The same loop on a machine where a verify of K rows is dear (an AVX2-only Zen 2 and the 160 MiB
  * twin, rounds in plain steps: 1, 1.24, 1.55, 2.2, 2.65 for widths 1..5): width 3's cycle (2.33
- * tokens a round) now beats width 5's (3.5) by 13 %, and a valley at 4 separates them. The run's
- * first 60 rounds (the climb, the loop forming) are 1.3x slower, as a run's slow start is, so the
- * widths timed only then look dearer than they are. The controller must reach 95 % of the best fixed
- * width here too (it reached 86-90 % when explorations went one width either way only). */
+ * tokens a round) now beats width 5's (3.5) by 14 %, and a valley at 4 separates them. The free text
+ * before the loop is easy (acceptance 0.85: the controller climbs to 5), and width 3's rounds there
+ * (the run's first 40, its slow start) take 1.3x, so width 3 looks dearer than it is until it is
+ * timed again. The controller must reach 95 % of the best fixed
+ * width here too (when explorations went one width either way only, it stayed at 5: 88 %). */
 static void test_autok_loop_runner_up(void **state)
 {
     (void)state;
-    static const double cost[6] = {0, 1.0, 1.24, 1.55, 2.2, 2.65};
+    static const double cost[6] = {0, 1.0, 1.35, 1.55, 2.2, 2.65};
     int hist[INK_MAX_BLOCK + 1];
     double rate[6] = {0};
-    for (int K = 1; K <= 5; K++) rate[K] = loop_run_on(1, 1, K, hist, cost, 1.0);
+    for (int K = 1; K <= 5; K++) rate[K] = loop_run_on(1, 1, K, hist, cost, 1.0, 0.85);
     printf("  steep verify: fixed widths 1..5 over the loop: %.3f %.3f %.3f %.3f %.3f tokens per unit\n", rate[1],
            rate[2], rate[3], rate[4], rate[5]);
-    assert_true(rate[3] > 1.05 * rate[5] && rate[3] > rate[2] && rate[3] > rate[4]);
+    assert_true(rate[3] > 1.05 * rate[5] && rate[5] > rate[2] && rate[3] > rate[4]);
     for (uint64_t seed = 1; seed < 9; seed++) {
-        double got = loop_run_on(seed, 1, 0, hist, cost, 1.3);
+        double got = loop_run_on(seed, 1, 0, hist, cost, 1.3, 0.85);
         printf("  seed %d: %.1f%% of width 3 (rounds at 2 / 3 / 4 / 5: %d %d %d %d)\n", (int)seed, 100 * got / rate[3],
                hist[2], hist[3], hist[4], hist[5]);
         assert_true(got >= 0.95 * rate[3]);

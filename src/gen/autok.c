@@ -205,6 +205,31 @@ int ink_autok_best(const ink_autok *c)
     return best;
 }
 
+/* Where the text repeats, the width an exploration in direction dir (0 up, 1 down) tries: of the
+ * widths on that side of `best` (2 and up, measured or one past the widest measured) that the table
+ * values and that would win at 0.7 of their estimated cost, the one timed longest ago; else the
+ * neighbour k. Cycles make the value of K jagged (the twin's loop: 1.75, 2.33, 2.33, 3.5 tokens a
+ * round for widths 2..5), so the neighbour can be a valley that hides the width worth re-timing: on
+ * an AVX2 Zen 2, width 3 (timed high once, early) beat 5 by 14 % and runs stayed at 5, whose only
+ * lower neighbour, 4, lost every exploration. Taking the width the table values best instead kept
+ * runs at 2 (5 explored, 3 never re-timed): the stalest plausible one refreshes each in turn. */
+#define PLAUSIBLE 0.7
+#define CHEAPER 0.9 /* an exploration that timed its width below 0.9 x its estimate is repeated soon */
+static int loop_explore_pick(const ink_autok *c, int best, int dir, int k)
+{
+    int reach = 1, pick = k, at = 0, found = 0;
+    for (int j = 1; j <= c->kmax; j++)
+        if (c->cost_n[j]) reach = j;
+    double cb = width_cost(c, best), rb = cb > 0 ? ink_autok_tokens(c, best) / cb : 0;
+    for (int j = dir ? best - 1 : best + 1; j >= 2 && j <= c->kmax && j <= reach + 1; j += dir ? -1 : 1) {
+        double cj = width_cost(c, j), t = loop_tokens(c, j);
+        if (!(cj > 0) || t < 0 || t / (PLAUSIBLE * cj) <= rb) continue;
+        int when = c->cost_n[j] ? c->cost_at[j] : -1;
+        if (!found || when < at) pick = j, at = when, found = 1;
+    }
+    return pick;
+}
+
 int ink_autok_choose(ink_autok *c)
 {
     int best = ink_autok_best(c);
@@ -228,6 +253,8 @@ int ink_autok_choose(ink_autok *c)
     }
     for (int dir = 0; dir < 2; dir++) {
         int k = dir ? best - 1 : best + 1;
+        if (loop_on(c) && best >= 2) k = loop_explore_pick(c, best, dir, k);
+        if (c->confirm[dir] && (dir ? c->confirm[dir] < best : c->confirm[dir] > best)) k = c->confirm[dir];
         if (k < 1 || k > c->kmax) {
             if (c->round >= c->next[dir]) c->next[dir] = c->round + c->gap[dir]; /* no neighbour there now */
             continue;
@@ -260,7 +287,7 @@ int ink_autok_choose(ink_autok *c)
 void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double draft_seconds)
 {
     if (K < 1 || K > c->kmax) return;
-    int timed = seconds >= 0, explored = c->explore_k == K, dir = c->explore_dir;
+    int timed = seconds >= 0, explored = c->explore_k == K, dir = c->explore_dir, cheaper = 0;
     if (timed) {
         int n = c->cost_n[K];
         if (n >= 3 && !explored) { /* the width in use: the speed factor first, then c(K) from what is left */
@@ -270,6 +297,7 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
         seconds /= c->speed, draft_seconds /= c->speed; /* in units of the speed factor from here on */
         if (n < 3) { /* the median of the first samples */
             double *f = c->first[K], lo, hi, m;
+            cheaper = explored && n > 0 && seconds < CHEAPER * c->cost[K];
             f[n] = seconds, c->cost_n[K] = ++n;
             if (n == 1) m = f[0];
             else if (n == 2) m = f[0] < f[1] ? f[0] : f[1]; /* of two, the faster: optimistic until the third */
@@ -279,6 +307,7 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
             }
             c->cost[K] = m, c->cost_w[K] = n, c->cost_at[K] = c->round;
         } else {
+            cheaper = explored && seconds < CHEAPER * c->cost[K];
             observe_stale(c, &c->cost[K], &c->cost_w[K], &c->cost_at[K], seconds, explored ? 0.5 : LAMBDA_C, LAMBDA_TC);
             c->cost_n[K]++;
         }
@@ -315,8 +344,10 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
         else { /* a neighbour that now looks best resets its direction's wait, one that lost doubles it */
             int best = ink_autok_best(c);
             if (best == K) c->gap[dir] = EXPLORE;
-            else if (c->gap[dir] < explore_cap(c, best, dir, K)) c->gap[dir] *= 2;
-            c->next[dir] = c->round + c->gap[dir];
+            else if (!cheaper && c->gap[dir] < explore_cap(c, best, dir, K)) c->gap[dir] *= 2;
+            /* one that timed well below its estimate (which moved only half-way) is tried again soon */
+            c->confirm[dir] = cheaper && best != K ? K : 0;
+            c->next[dir] = c->round + (c->confirm[dir] ? EXPLORE : c->gap[dir]);
         }
         c->explore_k = 0;
     }
