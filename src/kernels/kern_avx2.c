@@ -1,7 +1,7 @@
 /* kern_avx2.c — the AVX2 + FMA + F16C kernel set (x86-64). Compiled for those extensions with a
  * target pragma and only called after the runtime CPU check in kernels.c.
  *
- * Tiles: float views 4 rows x 3 tokens (bf16: lane pairs, x reordered once per call, 2 x 4 and
+ * Tiles: float views 4 rows x 3 tokens (bf16: lane pairs, x reordered once per call, 3 x 4 and
  * 2 x 5 at T = 4, 5), affine/NVFP4 2 rows x 4 tokens, int8 path 1 row x 4 tokens (affine every
  * width, NVFP4);
  * for T > 16 (prefill) the float and quantized paths also block the reduction axis (512) and keep
@@ -451,14 +451,14 @@ static void ptile_any(const uint16_t *w, size_t ldw_, const float *x, size_t ldx
     switch (nr * 8 + nt) {
         PT(1, 1) PT(1, 2) PT(1, 3) PT(1, 4) PT(1, 5)
         PT(2, 1) PT(2, 2) PT(2, 3) PT(2, 4) PT(2, 5)
-        PT(3, 1) PT(3, 2) PT(3, 3)
+        PT(3, 1) PT(3, 2) PT(3, 3) PT(3, 4)
         PT(4, 1) PT(4, 2)
     default: ptile(w, ldw_, x, ldx, k0, k1, acc, 4, 3); break;
     }
 }
 
 /* The pair path's rows: xp as ink_pairs_fill wrote it (ldx apart); the cols % 16 tail in order.
- * Tiles: 2 rows x 4 tokens at T = 4, 2 x 5 at T = 5 on rows of up to 1024, else 4 x 3; layout
+ * Tiles: 3 rows x 4 tokens at T = 4, 2 x 5 at T = 5 on rows of up to 1024, else 4 x 3; layout
  * and blocking as avx2_rows, but the decode layout (streams Q rows apart) up to T = 16 from rows of
  * 512 bytes (the twin's gate/up at T = 6: 3.7 -> 2.4 one-token passes). */
 static void avx2_rows_pairs(const ink_mat *W, const float *xp, int ldx, int T, float *y, int ldy, int r0, int r1)
@@ -467,9 +467,10 @@ static void avx2_rows_pairs(const ink_mat *W, const float *xp, int ldx, int T, f
     const uint16_t *base = W->data;
     size_t ldw_ = W->stride;
     if (!big && ldw_ * 2 >= 512) {
-        /* 2 x 5 keeps x in memory operands (18 registers otherwise): better on short rows only */
-        int sp = T == 4 || (T == 5 && K <= 1024);
-        int TR = sp ? 2 : 4, TT = sp ? T : 3;
+        /* 3 x 4 and 2 x 5 take x as memory operands (too few registers otherwise); 2 x 5 is
+         * better than 4 x 3 then 4 x 2 on short rows only (the twin's gate/up: T = 4 2.0 -> 1.8
+         * one-token passes with 3 x 4 against 2 x 4) */
+        int TR = T == 4 ? 3 : T == 5 && K <= 1024 ? 2 : 4, TT = T == 4 || TR == 2 ? T : 3;
         int Q = (r1 - r0 + TR - 1) / TR;
         for (int i = 0; i < Q; i++) {
             int o = r0 + i, nr = 0;
