@@ -204,7 +204,7 @@ static int check_drafting(const gargs *a, const char *cmd, int no_head, const ch
 
 /* ---- output --------------------------------------------------------------------------- */
 
-static void trace_round(void *ud, const ink_round *r);
+static void trace_round(FILE *f, const ink_round *r, int times);
 
 typedef struct sink {
     FILE *trace;
@@ -256,12 +256,13 @@ static void on_token(void *ud, int32_t id)
 static void on_round(void *ud, const ink_round *r)
 {
     sink *k = ud;
-    if (k->trace) trace_round(k->trace, r);
+    if (k->trace) trace_round(k->trace, r, k->profile);
 }
 
-static void trace_round(void *ud, const ink_round *r)
+/* One round as a golden-trace line; with --profile also its times (`ms`: draft, verify, rollback),
+ * which differ run to run (without, the traces of equal runs are equal files). */
+static void trace_round(FILE *f, const ink_round *r, int times)
 {
-    FILE *f = ud;
     fprintf(f, "{\"round\": %d, \"n\": %d, \"K_eff\": %d, \"drafts\": [", r->round, r->n, r->k_eff);
     for (int i = 0; i < r->n_drafts; i++) fprintf(f, "%s%d", i ? ", " : "", r->drafts[i]);
     fprintf(f, "], \"draft_blocks\": [");
@@ -270,8 +271,9 @@ static void trace_round(void *ud, const ink_round *r)
     for (int i = 0; i < r->n_drafts; i++) fprintf(f, "%s%.6f", i ? ", " : "", r->draft_margins[i]);
     fprintf(f, "], \"a\": %d, \"emitted\": [", r->a);
     for (int i = 0; i < r->n_emitted; i++) fprintf(f, "%s%d", i ? ", " : "", r->emitted[i]);
-    fprintf(f, "], \"bonus\": %d, \"bonus_emitted\": %s, \"ms\": [%.3f, %.3f, %.3f]}\n", r->bonus,
-            r->bonus_emitted ? "true" : "false", 1e3 * r->draft_s, 1e3 * r->verify_s, 1e3 * r->rollback_s);
+    fprintf(f, "], \"bonus\": %d, \"bonus_emitted\": %s", r->bonus, r->bonus_emitted ? "true" : "false");
+    if (times) fprintf(f, ", \"ms\": [%.3f, %.3f, %.3f]", 1e3 * r->draft_s, 1e3 * r->verify_s, 1e3 * r->rollback_s);
+    fprintf(f, "}\n");
 }
 
 /* The rounds by verify width and the draft-length controller's view: enough to see why auto chose
