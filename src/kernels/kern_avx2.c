@@ -1,8 +1,8 @@
 /* kern_avx2.c — the AVX2 + FMA + F16C kernel set (x86-64). Compiled for those extensions with a
  * target pragma and only called after the runtime CPU check in kernels.c.
  *
- * Tiles: float views 4 rows x 3 tokens (bf16: lane pairs, x reordered once per call, 3 x 4 and
- * 2 x 5 at T = 4, 5), affine/NVFP4 2 rows x 4 tokens, int8 path 1 row x 4 tokens (affine every
+ * Tiles: float views 4 rows x 3 tokens (bf16: lane pairs, x reordered once per call, 3 x 4 at
+ * T = 4), affine/NVFP4 2 rows x 4 tokens, int8 path 1 row x 4 tokens (affine every
  * width, NVFP4);
  * for T > 16 (prefill) the float and quantized paths also block the reduction axis (512) and keep
  * the lane accumulators in a stack buffer between blocks. Per element the operation sequence is the
@@ -295,6 +295,72 @@ static qtile_fn pick_q(const ink_mat *W)
     }
 }
 
+/* ---- bf16 weights in lane pairs (f32 activations reordered by ink_pairs_fill) -------------
+ * One 256-bit load holds 16 bf16 weights, lane j the pair (k + 2j, k + 2j + 1): shifted left by 16 the
+ * lane is the even weight as f32, with its low half cleared the odd one. x comes reordered per block
+ * of 16 (the 8 even elements, then the 8 odd ones), so lane j accumulates k + 2j, then k + 2j + 1,
+ * block after block. Two integer ops per 16 weights instead of a widen (the shuffle port) and a shift
+ * per 8: on a Zen 2, M = 4 / 8 / 16 rows of a 4096 x 4096 matrix cost 1.41 / 2.23 / 4.05 one-row
+ * passes instead of 1.92 / 3.35 / 6.91 (2 threads). */
+
+/* acc[r*4+t] += W[r][k0..k1) . x[t][k0..k1) in pair lanes (k0, k1 multiples of 16) */
+AI void ptile(const uint16_t *w, size_t ldw_, const float *x, size_t ldx, int k0, int k1, __m256 *acc, const int NR,
+              const int NT)
+{
+    __m256 a[4][4];
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) a[r][t] = acc[r * 4 + t];
+    for (int k = k0; k < k1; k += 16) {
+        __m256 xv[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) xv[t] = _mm256_loadu_ps(x + (size_t)t * ldx + k);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(w + (size_t)r * ldw_ + k));
+            __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) a[r][t] = _mm256_fmadd_ps(we, xv[t], a[r][t]);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) xv[t] = _mm256_loadu_ps(x + (size_t)t * ldx + k + 8);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(w + (size_t)r * ldw_ + k));
+            /* 3 x 4 (12 accumulators, x from memory): two shifts instead of the mask, whose register
+             * GCC otherwise pays for with spills in the loop */
+            __m256 wo = _mm256_castsi256_ps(NR * NT == 12 && NT == 4 ? _mm256_slli_epi32(_mm256_srli_epi32(v, 16), 16)
+                                                                    : _mm256_and_si256(v, hi));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) a[r][t] = _mm256_fmadd_ps(wo, xv[t], a[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[r * 4 + t] = a[r][t];
+}
+
+#define PT(R, N)                                                                                                  \
+    case R * 8 + N: ptile(w, ldw_, x, ldx, k0, k1, acc, R, N); break;
+
+/* 3 x 4 (T = 4) takes x as memory operands (too few registers otherwise); on the twin's gate/up it
+ * costs 1.8 one-token passes against 2.0 for 2 x 4 and 4 x 3 then 4 x 1 */
+static void ptile_any(const void *wv, size_t ldw_, const float *x, size_t ldx, int k0, int k1, __m256 *acc, int nr,
+                      int nt)
+{
+    const uint16_t *w = wv;
+    switch (nr * 8 + nt) {
+        PT(1, 1) PT(1, 2) PT(1, 3) PT(1, 4)
+        PT(2, 1) PT(2, 2) PT(2, 3) PT(2, 4)
+        PT(3, 1) PT(3, 2) PT(3, 3) PT(3, 4)
+        PT(4, 1) PT(4, 2)
+    default: ptile(w, ldw_, x, ldx, k0, k1, acc, 4, 3); break;
+    }
+}
+
 /* ---- the driver (float and quantized, f32 activations) ------------------------------------ */
 
 #define KC 512  /* reduction block for T > 16 */
@@ -316,23 +382,29 @@ static float tail_dot(const ink_mat *W, int o, const float *xt, int k0)
 
 static void rows_int8(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1);
 
-static void avx2_rows(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1, int int8)
+/* pairs: a BF16 view on x reordered by avx2_pairs_fill (lane pairs, steps of 16; kernels.h) */
+static void rows_any(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1, int int8,
+                     int pairs)
 {
     if (int8 && ink_int8_ok(W)) {
         rows_int8(W, x, ldx, T, y, ldy, r0, r1);
         return;
     }
     int quant = W->dtype == INK_QT_AFFINE || W->dtype == INK_QT_NVFP4;
-    int K = W->cols, K8 = K & ~7, gs = W->dtype == INK_QT_NVFP4 ? 16 : W->group;
+    int K = W->cols, Kv = K & (pairs ? ~15 : ~7), /* the part in lanes; the tail in order */
+        gs = W->dtype == INK_QT_NVFP4 ? 16 : W->group;
     int TR = quant ? 2 : 4, TT = quant ? 4 : 3; /* register tile */
     qtile_fn qf = quant ? pick_q(W) : NULL;
     void (*ff)(const void *, size_t, const float *, size_t, int, int, __m256 *, int, int) =
-        W->dtype == INK_DT_F32 ? ftile_f32 : W->dtype == INK_DT_BF16 ? ftile_bf16 : ftile_f16;
+        pairs ? ptile_any : W->dtype == INK_DT_F32 ? ftile_f32 : W->dtype == INK_DT_BF16 ? ftile_bf16 : ftile_f16;
     size_t es = W->dtype == INK_DT_F32 ? 4 : 2;
     int big = T > 16;
     /* rows of 1 KiB and more, and rows of 512 bytes up to T = 5 (8192 x 256 bf16 from DRAM, this set
-     * on a Zen 4 core: T = 1 8 -> 23-27 GB/s, T = 4 6 -> 9; 2 threads 15 -> 26-43) */
-    if (!quant && !big && (W->stride * es >= 1024 || (W->stride * es >= 512 && T <= 5))) {
+     * on a Zen 4 core: T = 1 8 -> 23-27 GB/s, T = 4 6 -> 9; 2 threads 15 -> 26-43); lane pairs from
+     * rows of 512 bytes up to T = 16 (the twin's gate/up at T = 6: 3.7 -> 2.4 one-token passes on a
+     * Zen 2) and 3 x 4 tiles at T = 4 */
+    if (!quant && !big && (W->stride * es >= 1024 || (W->stride * es >= 512 && (T <= 5 || pairs)))) {
+        if (pairs && T == 4) TR = 3, TT = 4;
         /* float views at decode / verify widths: a tile's TR rows are Q = ceil(rows / TR) apart, so
          * each of its streams reads consecutive rows tile after tile (long sequential streams, as
          * in the AVX-512 set); per-row arithmetic as below */
@@ -344,29 +416,29 @@ static void avx2_rows(const ink_mat *W, const float *x, int ldx, int T, float *y
                 int nt = T - t < TT ? T - t : TT;
                 __m256 acc[16];
                 for (int j = 0; j < 16; j++) acc[j] = _mm256_setzero_ps();
-                if (K8 > 0)
-                    ff((const uint8_t *)W->data + (size_t)o * W->stride * es, W->stride * (size_t)Q, x + (size_t)t * ldx,
-                       (size_t)ldx, 0, K8, acc, nr, nt);
+                const uint8_t *w0 = (const uint8_t *)W->data + (size_t)o * W->stride * es;
+                if (Kv > 0 && pairs) ptile_any(w0, W->stride * (size_t)Q, x + (size_t)t * ldx, (size_t)ldx, 0, Kv, acc, nr, nt);
+                else if (Kv > 0) ff(w0, W->stride * (size_t)Q, x + (size_t)t * ldx, (size_t)ldx, 0, Kv, acc, nr, nt);
                 for (int r = 0; r < nr; r++)
                     for (int j = 0; j < nt; j++) {
                         const float *xt = x + (size_t)(t + j) * ldx;
                         float v = hsum8(acc[r * 4 + j]);
-                        if (K8 < K) v += tail_dot(W, o + r * Q, xt, K8);
+                        if (Kv < K) v += tail_dot(W, o + r * Q, xt, Kv);
                         y[(size_t)(t + j) * ldy + o + r * Q] = v;
                     }
             }
         }
         return;
     }
-    int kc = big ? KC : K8, rblk = big ? RBLK : r1 - r0, tblk = big ? TBLK : T;
+    int kc = big ? KC : Kv, rblk = big ? RBLK : r1 - r0, tblk = big ? TBLK : T;
     __m256 buf[RBLK / 2][TBLK / 3][16]; /* big: lane accumulators of a [RBLK x TBLK] block, per tile */
     for (int tb = 0; tb < T; tb += tblk) {
         int tn = T - tb < tblk ? T - tb : tblk;
         for (int rb = r0; rb < r1; rb += rblk) {
             int rn = r1 - rb < rblk ? r1 - rb : rblk;
-            for (int k0 = 0; k0 < K8 || k0 == 0; k0 += kc) {
-                int k1 = k0 + kc < K8 ? k0 + kc : K8;
-                int first = k0 == 0, last = k1 >= K8;
+            for (int k0 = 0; k0 < Kv || k0 == 0; k0 += kc) {
+                int k1 = k0 + kc < Kv ? k0 + kc : Kv;
+                int first = k0 == 0, last = k1 >= Kv;
                 for (int r = rb; r < rb + rn; r += TR) {
                     int nr = rb + rn - r < TR ? rb + rn - r : TR;
                     for (int t = tb; t < tb + tn; t += TT) {
@@ -385,146 +457,26 @@ static void avx2_rows(const ink_mat *W, const float *x, int ldx, int T, float *y
                             for (int j = 0; j < nt; j++) {
                                 const float *xt = x + (size_t)(t + j) * ldx;
                                 float s = hsum8(acc[i * 4 + j]);
-                                if (!quant && K8 < K) s += tail_dot(W, r + i, xt, K8);
+                                if (!quant && Kv < K) s += tail_dot(W, r + i, xt, Kv);
                                 if (W->dtype == INK_QT_NVFP4) s *= W->gscale;
                                 y[(size_t)(t + j) * ldy + r + i] = s;
                             }
                     }
                 }
-                if (K8 == 0) break;
+                if (Kv == 0) break;
             }
         }
     }
 }
 
-/* ---- bf16 weights in lane pairs (f32 activations reordered by ink_pairs_fill) -------------
- * One 256-bit load holds 16 bf16 weights, lane j the pair (k + 2j, k + 2j + 1): shifted left by 16 the
- * lane is the even weight as f32, with its low half cleared the odd one. x comes reordered per block
- * of 16 (the 8 even elements, then the 8 odd ones), so lane j accumulates k + 2j, then k + 2j + 1,
- * block after block. Two integer ops per 16 weights instead of a widen (the shuffle port) and a shift
- * per 8: on a Zen core a verify of 5 rows of the twin's MLP read 8.4 -> 12.3 GB/s on one thread. */
-
-#define PAS 5 /* accumulator stride of a pair tile: acc[r * PAS + t] */
-
-AI void ptile(const uint16_t *w, size_t ldw_, const float *x, size_t ldx, int k0, int k1, __m256 *acc, const int NR,
-              const int NT)
+static void avx2_rows(const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, int r0, int r1, int int8)
 {
-    __m256 a[4][5];
-    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 5
-        for (int t = 0; t < NT; t++) a[r][t] = acc[r * PAS + t];
-    for (int k = k0; k < k1; k += 16) {
-        __m256 xv[5];
-#pragma GCC unroll 5
-        for (int t = 0; t < NT; t++) xv[t] = _mm256_loadu_ps(x + (size_t)t * ldx + k);
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(w + (size_t)r * ldw_ + k));
-            __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-#pragma GCC unroll 5
-            for (int t = 0; t < NT; t++) a[r][t] = _mm256_fmadd_ps(we, xv[t], a[r][t]);
-        }
-#pragma GCC unroll 5
-        for (int t = 0; t < NT; t++) xv[t] = _mm256_loadu_ps(x + (size_t)t * ldx + k + 8);
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(w + (size_t)r * ldw_ + k));
-            __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
-#pragma GCC unroll 5
-            for (int t = 0; t < NT; t++) a[r][t] = _mm256_fmadd_ps(wo, xv[t], a[r][t]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 5
-        for (int t = 0; t < NT; t++) acc[r * PAS + t] = a[r][t];
+    rows_any(W, x, ldx, T, y, ldy, r0, r1, int8, 0);
 }
 
-#define PT(R, N)                                                                                                  \
-    case R * 8 + N: ptile(w, ldw_, x, ldx, k0, k1, acc, R, N); break;
-
-static void ptile_any(const uint16_t *w, size_t ldw_, const float *x, size_t ldx, int k0, int k1, __m256 *acc, int nr,
-                      int nt)
-{
-    switch (nr * 8 + nt) {
-        PT(1, 1) PT(1, 2) PT(1, 3) PT(1, 4) PT(1, 5)
-        PT(2, 1) PT(2, 2) PT(2, 3) PT(2, 4) PT(2, 5)
-        PT(3, 1) PT(3, 2) PT(3, 3) PT(3, 4)
-        PT(4, 1) PT(4, 2)
-    default: ptile(w, ldw_, x, ldx, k0, k1, acc, 4, 3); break;
-    }
-}
-
-/* The pair path's rows: xp as ink_pairs_fill wrote it (ldx apart); the cols % 16 tail in order.
- * Tiles: 3 rows x 4 tokens at T = 4, 2 x 5 at T = 5 on rows of up to 1024, else 4 x 3; layout
- * and blocking as avx2_rows, but the decode layout (streams Q rows apart) up to T = 16 from rows of
- * 512 bytes (the twin's gate/up at T = 6: 3.7 -> 2.4 one-token passes). */
 static void avx2_rows_pairs(const ink_mat *W, const float *xp, int ldx, int T, float *y, int ldy, int r0, int r1)
 {
-    int K = W->cols, K16 = K & ~15, big = T > 16;
-    const uint16_t *base = W->data;
-    size_t ldw_ = W->stride;
-    if (!big && ldw_ * 2 >= 512) {
-        /* 3 x 4 and 2 x 5 take x as memory operands (too few registers otherwise); 2 x 5 is
-         * better than 4 x 3 then 4 x 2 on short rows only (the twin's gate/up: T = 4 2.0 -> 1.8
-         * one-token passes with 3 x 4 against 2 x 4) */
-        int TR = T == 4 ? 3 : T == 5 && K <= 1024 ? 2 : 4, TT = T == 4 || TR == 2 ? T : 3;
-        int Q = (r1 - r0 + TR - 1) / TR;
-        for (int i = 0; i < Q; i++) {
-            int o = r0 + i, nr = 0;
-            while (nr < TR && o + nr * Q < r1) nr++;
-            for (int t = 0; t < T; t += TT) {
-                int nt = T - t < TT ? T - t : TT;
-                __m256 acc[4 * PAS];
-                for (int j = 0; j < 4 * PAS; j++) acc[j] = _mm256_setzero_ps();
-                if (K16 > 0)
-                    ptile_any(base + (size_t)o * ldw_, ldw_ * (size_t)Q, xp + (size_t)t * ldx, (size_t)ldx, 0, K16, acc,
-                              nr, nt);
-                for (int r = 0; r < nr; r++)
-                    for (int j = 0; j < nt; j++) {
-                        float v = hsum8(acc[r * PAS + j]);
-                        if (K16 < K) v += tail_dot(W, o + r * Q, xp + (size_t)(t + j) * ldx, K16);
-                        y[(size_t)(t + j) * ldy + o + r * Q] = v;
-                    }
-            }
-        }
-        return;
-    }
-    int kc = big ? KC : K16, rblk = big ? RBLK : r1 - r0, tblk = big ? TBLK : T;
-    __m256 buf[RBLK / 4][TBLK / 3][4 * PAS]; /* big: lane accumulators of a [RBLK x TBLK] block, per tile */
-    for (int tb = 0; tb < T; tb += tblk) {
-        int tn = T - tb < tblk ? T - tb : tblk;
-        for (int rb = r0; rb < r1; rb += rblk) {
-            int rn = r1 - rb < rblk ? r1 - rb : rblk;
-            for (int k0 = 0; k0 < K16 || k0 == 0; k0 += kc) {
-                int k1 = k0 + kc < K16 ? k0 + kc : K16;
-                int first = k0 == 0, last = k1 >= K16;
-                for (int r = rb; r < rb + rn; r += 4) {
-                    int nr = rb + rn - r < 4 ? rb + rn - r : 4;
-                    for (int t = tb; t < tb + tn; t += 3) {
-                        int nt = tb + tn - t < 3 ? tb + tn - t : 3;
-                        __m256 acc_local[4 * PAS];
-                        __m256 *acc = big ? buf[(r - rb) / 4][(t - tb) / 3] : acc_local;
-                        if (first)
-                            for (int i = 0; i < 4 * PAS; i++) acc[i] = _mm256_setzero_ps();
-                        if (k1 > k0)
-                            ptile_any(base + (size_t)r * ldw_, ldw_, xp + (size_t)t * ldx, (size_t)ldx, k0, k1, acc, nr,
-                                      nt);
-                        if (!last) continue;
-                        for (int i = 0; i < nr; i++)
-                            for (int j = 0; j < nt; j++) {
-                                float s = hsum8(acc[i * PAS + j]);
-                                if (K16 < K) s += tail_dot(W, r + i, xp + (size_t)(t + j) * ldx, K16);
-                                y[(size_t)(t + j) * ldy + r + i] = s;
-                            }
-                    }
-                }
-                if (K16 == 0) break;
-            }
-        }
-    }
+    rows_any(W, xp, ldx, T, y, ldy, r0, r1, 0, 1);
 }
 
 /* ink_pairs_fill with AVX2: per block of 16, the evens then the odds. */
