@@ -343,11 +343,13 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
         if (!timed) c->next[dir] = c->round + 1; /* its cost was not measured: try it again next round */
         else { /* a neighbour that now looks best resets its direction's wait, one that lost doubles it */
             int best = ink_autok_best(c);
+            /* a width explored up or down that timed well below its estimate (which moved only
+             * half-way) is tried again soon (plain probes keep their doubling waits) */
+            int again = dir < 2 && cheaper && best != K;
             if (best == K) c->gap[dir] = EXPLORE;
-            else if (!cheaper && c->gap[dir] < explore_cap(c, best, dir, K)) c->gap[dir] *= 2;
-            /* one that timed well below its estimate (which moved only half-way) is tried again soon */
-            c->confirm[dir] = cheaper && best != K ? K : 0;
-            c->next[dir] = c->round + (c->confirm[dir] ? EXPLORE : c->gap[dir]);
+            else if (!again && c->gap[dir] < explore_cap(c, best, dir, K)) c->gap[dir] *= 2;
+            if (dir < 2) c->confirm[dir] = again ? K : 0;
+            c->next[dir] = c->round + (again ? EXPLORE : c->gap[dir]);
         }
         c->explore_k = 0;
     }
