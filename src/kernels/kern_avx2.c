@@ -331,8 +331,8 @@ AI void ptile(const uint16_t *w, size_t ldw_, const float *x, size_t ldx, int k0
             __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(w + (size_t)r * ldw_ + k));
             /* 3 x 4 (12 accumulators, x from memory): two shifts instead of the mask, whose register
              * GCC otherwise pays for with spills in the loop */
-            __m256 wo = _mm256_castsi256_ps(NR * NT == 12 && NT == 4 ? _mm256_slli_epi32(_mm256_srli_epi32(v, 16), 16)
-                                                                    : _mm256_and_si256(v, hi));
+            __m256 wo = _mm256_castsi256_ps(NR == 3 && NT == 4 ? _mm256_slli_epi32(_mm256_srli_epi32(v, 16), 16)
+                                                             : _mm256_and_si256(v, hi));
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) a[r][t] = _mm256_fmadd_ps(wo, xv[t], a[r][t]);
         }
@@ -416,9 +416,9 @@ static void rows_any(const ink_mat *W, const float *x, int ldx, int T, float *y,
                 int nt = T - t < TT ? T - t : TT;
                 __m256 acc[16];
                 for (int j = 0; j < 16; j++) acc[j] = _mm256_setzero_ps();
-                const uint8_t *w0 = (const uint8_t *)W->data + (size_t)o * W->stride * es;
-                if (Kv > 0 && pairs) ptile_any(w0, W->stride * (size_t)Q, x + (size_t)t * ldx, (size_t)ldx, 0, Kv, acc, nr, nt);
-                else if (Kv > 0) ff(w0, W->stride * (size_t)Q, x + (size_t)t * ldx, (size_t)ldx, 0, Kv, acc, nr, nt);
+                if (Kv > 0)
+                    ff((const uint8_t *)W->data + (size_t)o * W->stride * es, W->stride * (size_t)Q, x + (size_t)t * ldx,
+                       (size_t)ldx, 0, Kv, acc, nr, nt);
                 for (int r = 0; r < nr; r++)
                     for (int j = 0; j < nt; j++) {
                         const float *xt = x + (size_t)(t + j) * ldx;
