@@ -184,6 +184,15 @@ void ink_autok_overhead(ink_autok *c, double seconds)
     if (seconds > 0) c->over_pending += seconds;
 }
 
+/* The widest width measured so far (1 when none): candidates go at most one past it (see below). */
+static int reach_of(const ink_autok *c)
+{
+    int reach = 1;
+    for (int K = 1; K <= c->kmax; K++)
+        if (c->cost_n[K]) reach = K;
+    return reach;
+}
+
 int ink_autok_best(const ink_autok *c)
 {
     if (c->cost_n[1] < 2) return 1; /* the first rounds measure a plain step */
@@ -191,9 +200,7 @@ int ink_autok_best(const ink_autok *c)
      * far beyond (its drafts' cost unknown yet, its extra verify rows assumed free) sent a fresh
      * controller straight to the widest, whose first round restarts every depth (on the bundled
      * model ~8 plain steps' time); climbing one width at a time stops at the first that loses */
-    int reach = 1;
-    for (int K = 1; K <= c->kmax; K++)
-        if (c->cost_n[K]) reach = K;
+    int reach = reach_of(c);
     int best = 1;
     double br = 0;
     for (int K = 1; K <= c->kmax && K <= reach + 1; K++) {
@@ -217,9 +224,7 @@ int ink_autok_best(const ink_autok *c)
 #define CHEAPER 0.9 /* an exploration that timed its width below 0.9 x its estimate is repeated soon */
 static int loop_explore_pick(const ink_autok *c, int best, int dir, int k)
 {
-    int reach = 1, pick = k, at = 0, found = 0;
-    for (int j = 1; j <= c->kmax; j++)
-        if (c->cost_n[j]) reach = j;
+    int reach = reach_of(c), pick = k, at = 0, found = 0;
     double cb = width_cost(c, best), rb = cb > 0 ? ink_autok_tokens(c, best) / cb : 0;
     for (int j = dir ? best - 1 : best + 1; j >= 2 && j <= c->kmax && j <= reach + 1; j += dir ? -1 : 1) {
         double cj = width_cost(c, j), t = loop_tokens(c, j);
@@ -239,9 +244,7 @@ int ink_autok_choose(ink_autok *c)
     /* text that repeats: fill the table at this phase. Not from plain steps (a fill restarts dormant
      * depths, dear where plain steps win) and not past one width beyond the widest measured (autok.h) */
     if (loop_on(c) && c->cost_n[1] >= 2 && best >= 2) {
-        int reach = 1;
-        for (int k = 1; k <= c->kmax; k++)
-            if (c->cost_n[k]) reach = k;
+        int reach = reach_of(c);
         double cb = width_cost(c, best), rb = cb > 0 ? ink_autok_tokens(c, best) / cb : 0;
         for (int k = reach + 1 < c->kmax ? reach + 1 : c->kmax; k >= 2; k--) {
             double ck = width_cost(c, k);
