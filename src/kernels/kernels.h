@@ -148,6 +148,9 @@ typedef struct ink_kernels {
      * pairs_fill per block of 16 (evens, then odds; the cols % 16 tail as is), once per call. */
     void (*rows_pairs)(const ink_mat *W, const float *xp, int ldxp, int T, float *y, int ldy, int r0, int r1);
     void (*pairs_fill)(float *dst, const float *x, int n);
+    /* ink_silu_mul in lanes for step 1 and for step 2 with u == g + 1 (the fused gate/up); 0 when it
+     * did not take the call (the caller runs the portable loop). Same operations per element. */
+    int (*silu_mul)(float *o, const float *g, const float *u, int n, int step);
 } ink_kernels;
 
 /* bf16 activations apply to W: BF16 view, bf16x set, cols <= INK_BX_MAXK. */
