@@ -469,6 +469,77 @@ static void test_silu_mul(void **state)
     ink_kernels_select(NULL);
 }
 
+/* The short convolution: every set's lanes against the portable loop, bitwise (the same products
+ * and sums per element), channel counts around the 16 / 8 lane boundaries, K 1 .. 8 and one K the
+ * sets leave to the loop, T 1 .. 5 rows, in place (y == u) as the model runs it, the state updated
+ * alike; and the multi-row RMS norm against ink_rmsnorm row by row, bitwise, for 1 .. 21 rows. */
+static void ref_sconv(const float *w, float *state, const float *u, float *y, int T, int C, int K)
+{
+    int S = K - 1;
+    float ext[(8 + 5) * 40];
+    memcpy(ext, state, (size_t)S * C * sizeof(float));
+    memcpy(ext + (size_t)S * C, u, (size_t)T * C * sizeof(float));
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            float a = 0.0f;
+            for (int k = 0; k < K; k++) a += w[c * K + k] * ext[(t + k) * C + c];
+            y[t * C + c] = ext[(t + S) * C + c] + a;
+        }
+    memcpy(state, ext + (size_t)T * C, (size_t)S * C * sizeof(float));
+}
+
+static void test_sconv_norm_rows(void **state)
+{
+    (void)state;
+    const ink_kernels *sets[3] = {ink_kernels_scalar(), ink_kernels_avx2(), ink_kernels_avx512()};
+    int Cs[] = {1, 7, 8, 15, 16, 17, 33, 40}, Ks[] = {1, 2, 4, 8, 9};
+    static float w[40 * 9], st[2][8 * 40], u[2][5 * 40], y[5 * 40], ext[(9 + 5) * 40];
+    for (int si = 0; si < 3; si++) {
+        if (!sets[si]) continue;
+        ink_kernels_select(sets[si]);
+        for (int ci = 0; ci < 8; ci++)
+            for (int ki = 0; ki < 5; ki++)
+                for (int T = 1; T <= 5; T++) {
+                    int C = Cs[ci], K = Ks[ki];
+                    if (K > 8) continue; /* ref_sconv's buffer; K 9 below */
+                    for (int i = 0; i < C * K; i++) w[i] = frand();
+                    for (int i = 0; i < (K - 1) * C; i++) st[0][i] = st[1][i] = frand() * 3.0f;
+                    for (int i = 0; i < T * C; i++) u[0][i] = u[1][i] = i % 11 == 0 ? -0.0f : frand() * 2.0f;
+                    ref_sconv(w, st[0], u[0], y, T, C, K);
+                    ink_sconv(w, st[1], u[1], u[1], T, C, K, ext); /* in place */
+                    if (memcmp(y, u[1], (size_t)T * C * sizeof(float)) || memcmp(st[0], st[1], (size_t)(K - 1) * C * sizeof(float)))
+                        fail_msg("%s sconv C %d K %d T %d: not bitwise the portable loop", sets[si]->name, C, K, T);
+                }
+        /* K 9: no set takes it in lanes; the loop still runs */
+        for (int i = 0; i < 16 * 9; i++) w[i] = frand();
+        for (int i = 0; i < 8 * 16; i++) st[1][i] = frand();
+        for (int i = 0; i < 16; i++) u[1][i] = frand();
+        float want[16];
+        for (int c = 0; c < 16; c++) {
+            float a = 0.0f;
+            for (int k = 0; k < 8; k++) a += w[c * 9 + k] * st[1][k * 16 + c];
+            a += w[c * 9 + 8] * u[1][c];
+            want[c] = u[1][c] + a;
+        }
+        ink_sconv(w, st[1], u[1], y, 1, 16, 9, ext);
+        assert_memory_equal(want, y, sizeof want);
+        for (int rows = 1; rows <= 21; rows++)
+            for (int n = 1; n <= 70; n += 23) {
+                static float x[21 * 70], a[21 * 70], b[21 * 70], nw[70];
+                for (int i = 0; i < rows * n; i++) x[i] = frand() * (i % 7 == 0 ? 30.0f : 1.0f);
+                for (int i = 0; i < n; i++) nw[i] = frand();
+                for (int r = 0; r < rows; r++) ink_rmsnorm(a + r * n, x + r * n, nw, n, 1e-6f);
+                memcpy(b, x, sizeof b);
+                ink_rmsnorm_rows(b, b, nw, rows, n, 1e-6f); /* in place */
+                assert_memory_equal(a, b, (size_t)rows * n * sizeof(float));
+                ink_rmsnorm_rows(b, x, NULL, rows, n, 1e-6f);
+                for (int r = 0; r < rows; r++) ink_rmsnorm(a + r * n, x + r * n, NULL, n, 1e-6f);
+                assert_memory_equal(a, b, (size_t)rows * n * sizeof(float));
+            }
+    }
+    ink_kernels_select(NULL);
+}
+
 typedef struct attn_case {
     int d, R, dr, cap, npos; /* head dim, relative extent, d_rel, ring rows, positions 0 .. npos-1 */
     float qscale;            /* spread of the scores */
@@ -679,7 +750,7 @@ int main(void)
         cmocka_unit_test(test_affine_sets),    cmocka_unit_test(test_int8_path),    cmocka_unit_test(test_nvfp4_sets),
         cmocka_unit_test(test_exp_poly),       cmocka_unit_test(test_attn_sets), cmocka_unit_test(test_fused_gate_up),
         cmocka_unit_test(test_bf16x),
-        cmocka_unit_test(test_silu_mul),
+        cmocka_unit_test(test_silu_mul),      cmocka_unit_test(test_sconv_norm_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1008,6 +1008,30 @@ static int avx512_silu_mul(float *o, const float *g, const float *u, int n, int 
     return 1;
 }
 
+/* ink_sconv's arithmetic, 16 channels per step: the K taps' weights gathered once per step (w is
+ * [C][K]), then per row a sum from 0 over k of products, plus the residual input. */
+static int avx512_sconv_rows(const float *w, const float *ext, float *y, int T, int C, int K)
+{
+    if (K > 8) return 0;
+    const int S = K - 1;
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(K));
+    for (int c = 0; c < C; c += 16) {
+        __mmask16 m = (__mmask16)(C - c >= 16 ? 0xffff : (1u << (C - c)) - 1);
+        __m512 wk[8];
+        for (int k = 0; k < K; k++)
+            wk[k] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, w + (size_t)c * K + k, 4);
+        for (int t = 0; t < T; t++) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int k = 0; k < K; k++)
+                acc = _mm512_add_ps(acc, _mm512_mul_ps(wk[k], _mm512_maskz_loadu_ps(m, ext + (size_t)(t + k) * C + c)));
+            __m512 ut = _mm512_maskz_loadu_ps(m, ext + (size_t)(t + S) * C + c);
+            _mm512_mask_storeu_ps(y + (size_t)t * C + c, m, _mm512_add_ps(ut, acc));
+        }
+    }
+    return 1;
+}
+
 AI __mmask16 lanes16(int m) { return (__mmask16)(m >= 16 ? 0xffff : m <= 0 ? 0 : (1u << m) - 1); }
 
 /* r[i][l] -> r[l][i] for a 16x16 block (64 shuffles) */
@@ -1454,7 +1478,8 @@ static int avx512_bf16x_ok(void)
  * the same f32 peak as 512-bit FMAs. */
 static const ink_kernels avx512_set = {"avx512",       avx512_rows,       avx512_attn,      avx512_read,
                                        ink_avx2_fma,   avx512_rows_bf16x, avx512_bf16x_ok, avx512_bf16x_fill,
-                                       ink_avx512_expv, NULL,              NULL,            avx512_silu_mul};
+                                       ink_avx512_expv, NULL,              NULL,            avx512_silu_mul,
+                                       avx512_sconv_rows};
 
 const ink_kernels *ink_kernels_avx512_raw(void) { return &avx512_set; }
 

@@ -353,7 +353,8 @@ static void scalar_attn(const ink_attn *a)
     }
 }
 
-static const ink_kernels scalar_set = {"scalar", scalar_rows, scalar_attn, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL}; /* probes: the bench's loops */
+static const ink_kernels scalar_set = {"scalar", scalar_rows, scalar_attn, NULL, NULL, NULL, NULL,
+                                       NULL,     NULL,        NULL,        NULL, NULL, NULL}; /* probes: the bench's loops */
 
 const ink_kernels *ink_kernels_scalar(void) { return &scalar_set; }
 
@@ -557,12 +558,48 @@ void ink_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
     for (int i = 0; i < n; i++) y[i] = (w ? w[i] : 1.0f) * (x[i] * inv);
 }
 
+/* Up to 8 rows at a time: each row's sum of squares is its own chain (ss[j] over i ascending), the
+ * chains interleaved so that their additions overlap instead of waiting on one another. */
+void ink_rmsnorm_rows(float *y, const float *x, const float *w, int rows, int n, float eps)
+{
+    int r = 0;
+    for (; r + 8 <= rows; r += 8) {
+        float ss[8] = {0};
+        const float *xr = x + (size_t)r * n;
+        for (int i = 0; i < n; i++)
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) ss[j] += xr[(size_t)j * n + i] * xr[(size_t)j * n + i];
+        for (int j = 0; j < 8; j++) {
+            float inv = 1.0f / sqrtf(ss[j] / (float)n + eps);
+            const float *xj = xr + (size_t)j * n;
+            float *yj = y + (size_t)(r + j) * n;
+            for (int i = 0; i < n; i++) yj[i] = (w ? w[i] : 1.0f) * (xj[i] * inv);
+        }
+    }
+    for (; r + 4 <= rows; r += 4) {
+        float ss[4] = {0};
+        const float *xr = x + (size_t)r * n;
+        for (int i = 0; i < n; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) ss[j] += xr[(size_t)j * n + i] * xr[(size_t)j * n + i];
+        for (int j = 0; j < 4; j++) {
+            float inv = 1.0f / sqrtf(ss[j] / (float)n + eps);
+            const float *xj = xr + (size_t)j * n;
+            float *yj = y + (size_t)(r + j) * n;
+            for (int i = 0; i < n; i++) yj[i] = (w ? w[i] : 1.0f) * (xj[i] * inv);
+        }
+    }
+    for (; r < rows; r++) ink_rmsnorm(y + (size_t)r * n, x + (size_t)r * n, w, n, eps);
+}
+
 void ink_sconv(const float *w, float *state, const float *u, float *y, int T, int C, int K, float *ext)
 {
     int S = K - 1;
     memcpy(ext, state, (size_t)S * C * sizeof(float));
     memcpy(ext + (size_t)S * C, u, (size_t)T * C * sizeof(float));
-    for (int t = 0; t < T; t++) {
+    const ink_kernels *ks = ink_kernels_active();
+    int lanes = ks->sconv_rows && ks->sconv_rows(w, ext, y, T, C, K);
+    for (int t = 0; t < (lanes ? 0 : T); t++) {
         const float *row = ext + (size_t)t * C; /* ext row t = input t - (K-1) */
         float *yt = y + (size_t)t * C;
         const float *ut = ext + (size_t)(t + S) * C;

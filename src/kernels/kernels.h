@@ -151,6 +151,10 @@ typedef struct ink_kernels {
     /* ink_silu_mul in lanes for step 1 and for step 2 with u == g + 1 (the fused gate/up); 0 when it
      * did not take the call (the caller runs the portable loop). Same operations per element. */
     int (*silu_mul)(float *o, const float *g, const float *u, int n, int step);
+    /* ink_sconv's arithmetic in lanes over channels: y[t][c] = ext[t + K - 1][c] + sum_k w[c][k]
+     * ext[t + k][c], the sum from 0 in k order, products and sums as the portable loop; 0 when it
+     * did not take the call (K > 8). */
+    int (*sconv_rows)(const float *w, const float *ext, float *y, int T, int C, int K);
 } ink_kernels;
 
 /* bf16 activations apply to W: BF16 view, bf16x set, cols <= INK_BX_MAXK. */
@@ -190,6 +194,10 @@ float ink_scale_at(const void *p, int dtype, size_t i);          /* F32/BF16/F16
 
 /* y = w * x / sqrt(mean(x^2) + eps) over n elements (w may be NULL: no weight). y may alias x. */
 void ink_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+/* ink_rmsnorm of `rows` consecutive rows of n (y may alias x): the same operations per row, several
+ * rows' sums interleaved (each row's sum is one chain in element order, so a row's bits do not
+ * depend on the other rows or on how many there are). */
+void ink_rmsnorm_rows(float *y, const float *x, const float *w, int rows, int n, float eps);
 
 /* Causal depthwise short convolution with identity residual (inkling-text.md §3.3).
  * w: [C][K]; state: [K-1][C] (raw inputs, oldest first), updated; u: [T][C] input, y: [T][C]

@@ -177,11 +177,7 @@ static void attn_many_task(void *arg, int q0, int q1, int tid)
 
 static void head_norm(float *x, const float *w, int T, int n_heads, int d, float eps)
 {
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * n_heads + h) * d;
-            ink_rmsnorm(v, v, w, d, eps);
-        }
+    ink_rmsnorm_rows(x, x, w, T * n_heads, d, eps); /* rows (t, h) of d, consecutive */
 }
 
 /* Attention of one segment's rows: its queries against its own cache (rows t0 .. t0+T-1 of the
@@ -425,7 +421,7 @@ static void add_rows(float *x, const float *u, size_t n)
 
 static void norm_rows(float *out, const float *x, const float *w, int T, int H, float eps)
 {
-    for (int t = 0; t < T; t++) ink_rmsnorm(out + (size_t)t * H, x + (size_t)t * H, w, H, eps);
+    ink_rmsnorm_rows(out, x, w, T, H, eps);
 }
 
 void ink_layer_forward_segs(const ink_layer_env *env, const ink_layer_w *w, const ink_seg *sg, int n_seg, float *x,
