@@ -515,6 +515,68 @@ void ink_matmul_k(const ink_kernels *k, ink_pool *p, const ink_mat *W, const flo
     mm_run(p, &c);
 }
 
+/* Several views on one x: items are the views' quads one view after another. */
+typedef struct mm_multi {
+    const ink_kernels *k;
+    int n, T, ldx;
+    const float *x;
+    const ink_mat *const *W;
+    float *const *y;
+    const int *ldy;
+    int first[INK_MATMUL_N + 1]; /* view i's quads are items first[i] .. first[i + 1] - 1 */
+} mm_multi;
+
+static void mm_multi_task(void *arg, int q0, int q1, int tid)
+{
+    (void)tid;
+    const mm_multi *c = arg;
+    for (int i = 0; i < c->n; i++) {
+        int lo = q0 > c->first[i] ? q0 : c->first[i], hi = q1 < c->first[i + 1] ? q1 : c->first[i + 1];
+        if (lo >= hi) continue;
+        const ink_mat *W = c->W[i];
+        int r0 = (lo - c->first[i]) * 4, r1 = (hi - c->first[i]) * 4 < W->rows ? (hi - c->first[i]) * 4 : W->rows;
+        c->k->rows(W, c->x, c->ldx, c->T, c->y[i], c->ldy[i], r0, r1, ink_mat_int8(W));
+    }
+}
+
+void ink_matmul_n_k(const ink_kernels *k, ink_pool *p, int n, const ink_mat *const *W, const float *x, int ldx, int T,
+                    float *const *y, const int *ldy)
+{
+    int one_by_one = n > INK_MATMUL_N;
+    for (int i = 0; i < n && !one_by_one; i++)
+        one_by_one = ink_mat_bf16x(W[i]) || (W[i]->dtype == INK_DT_BF16 && k->rows_pairs);
+    if (one_by_one) {
+        for (int i = 0; i < n; i++) ink_matmul_k(k, p, W[i], x, ldx, T, y[i], ldy[i]);
+        return;
+    }
+    mm_multi c = {k, n, T, ldx, x, W, y, ldy, {0}};
+    long long macs = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        c.first[i + 1] = c.first[i] + (W[i]->rows + 3) / 4;
+        macs += (long long)W[i]->rows * W[i]->cols * T;
+        bytes += ink_mat_bytes(W[i]);
+    }
+    int quads = c.first[n];
+    if (quads == 0) return;
+    if (macs < 32768) { /* as mm_run: not worth waking the workers */
+        mm_multi_task(&c, 0, quads, 0);
+        return;
+    }
+    /* mm_run's chunking over the views' rows together */
+    int nth = ink_pool_size(p), grain = (quads + 8 * nth - 1) / (8 * nth);
+    size_t qb = bytes / (size_t)quads + 1;
+    if ((size_t)grain * qb < MM_CHUNK_MIN) grain = (int)((MM_CHUNK_MIN + qb - 1) / qb);
+    if (nth > 1 && (long long)grain * nth > quads) grain = (quads + nth - 1) / nth;
+    ink_pool_for(p, quads, grain, mm_multi_task, &c);
+}
+
+void ink_matmul_n(ink_pool *p, int n, const ink_mat *const *W, const float *x, int ldx, int T, float *const *y,
+                  const int *ldy)
+{
+    ink_matmul_n_k(ink_kernels_active(), p, n, W, x, ldx, T, y, ldy);
+}
+
 static void mm_run(ink_pool *p, mm_ctx *cp)
 {
     mm_ctx c = *cp;

@@ -174,6 +174,15 @@ void ink_kernels_select(const ink_kernels *k); /* NULL: back to the best availab
 /* y[t, o] = sum_i W[o, i] * x[t, i] for t < T, o < W->rows. x rows are ldx apart, y rows ldy.
  * Int8 activations when W->int8 and the int8 path takes W (ink_mat_int8). */
 void ink_matmul(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy);
+/* ink_matmul of n views (n <= INK_MATMUL_N) on the same x, y[i] rows ldy[i] apart, in one pool
+ * dispatch over all their rows (the small projections of a layer: each alone is one chunk on one
+ * thread); per row bitwise ink_matmul. Views the set takes another way (bf16 activations, lane
+ * pairs) run one by one. */
+#define INK_MATMUL_N 8
+void ink_matmul_n(ink_pool *p, int n, const ink_mat *const *W, const float *x, int ldx, int T, float *const *y,
+                  const int *ldy);
+void ink_matmul_n_k(const ink_kernels *k, ink_pool *p, int n, const ink_mat *const *W, const float *x, int ldx, int T,
+                    float *const *y, const int *ldy);
 /* The same with an explicit kernel set (tests and bench). */
 void ink_matmul_k(const ink_kernels *k, ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y,
                   int ldy);

@@ -247,11 +247,11 @@ static void attention(const ink_layer_env *env, const ink_layer_w *w, const ink_
     size_t qb = ink_prof_on ? ink_mat_bytes(&w->at.wq) + ink_mat_bytes(&w->at.wk) + ink_mat_bytes(&w->at.wv) +
                                   ink_mat_bytes(&w->at.wr)
                             : 0;
+    const ink_mat *Wp[4] = {&w->at.wq, &w->at.wk, &w->at.wv, &w->at.wr};
+    float *yp[4] = {s->q, s->k, s->v, s->r};
+    int ldp[4] = {nh * d, kw, kw, nh * cfg->d_rel};
     INK_PROF(INK_PROF_QKV, qb, {
-        ink_matmul(env->pool, &w->at.wq, s->a, H, T, s->q, nh * d);
-        ink_matmul(env->pool, &w->at.wk, s->a, H, T, s->k, kw);
-        ink_matmul(env->pool, &w->at.wv, s->a, H, T, s->v, kw);
-        ink_matmul(env->pool, &w->at.wr, s->a, H, T, s->r, nh * cfg->d_rel);
+        ink_matmul_n(env->pool, 4, Wp, s->a, H, T, yp, ldp); /* one dispatch for the four */
     });
     INK_PROF(INK_PROF_CONV, 0, kv_convs(w, sg, n_seg, s, kw, K));
     INK_PROF(INK_PROF_NORM, 0, {
