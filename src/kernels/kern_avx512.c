@@ -132,7 +132,7 @@ AI __m512 ldw_m(const int dt, const void *p, size_t off, __mmask16 m)
 
 /* acc[r*LDA+t] += W[r][k0..k1) . x[t][k0..k1) in lanes (LDA: NTM, or FNT for frows_nt); k1 - k0 may end
  * in a partial step only at K */
-#define FNT 5 /* frows_nt: tokens in one pass (T = 5: one pass of 4 x 5 accumulators, not 4 + 1) */
+#define FNT 6 /* frows_nt: tokens in one pass (T = 5, 6: one pass of 4 x T accumulators, not 4 + the rest) */
 AI void ftile(const int dt, const void *w, size_t ldw_, const float *x, size_t ldx, int k0, int k1,
               __m512 *acc, const int NR, const int NT, const int LDA)
 {
@@ -281,24 +281,24 @@ AI int store4x4(const __m512 *v, const int NT, float *y, size_t ldy, int r, int 
 AI void frows_nt(const int dt, const uint8_t *w, size_t ldw_, int K, const float *x, size_t ldx, float *y,
                  size_t ldy, int r, const int NR, const int NT, const int H4, int rs)
 {
-    /* the tile's rows are r + i rs (w, ldw_ = rs rows apart) */
+    /* the tile's rows are r + i rs (w, ldw_ = rs rows apart); accumulators NT apart */
     __m512 acc[NRM * FNT];
-#pragma GCC unroll 20
-    for (int i = 0; i < NRM * FNT; i++) acc[i] = _mm512_setzero_ps();
-    ftile(dt, w, ldw_, x, ldx, 0, K, acc, NR, NT, FNT);
+#pragma GCC unroll 24
+    for (int i = 0; i < NR * NT; i++) acc[i] = _mm512_setzero_ps();
+    ftile(dt, w, ldw_, x, ldx, 0, K, acc, NR, NT, NT);
     int j0 = 0;
     if (H4 && NR == NRM && NT >= 3) { /* tokens 0 .. min(NT, 4) - 1 by hsum4x4, the rest by hsum16 */
         __m512 v[16];
 #pragma GCC unroll 4
         for (int i = 0; i < NRM; i++)
 #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) v[i * 4 + j] = j < NT ? acc[i * FNT + j] : _mm512_setzero_ps();
+            for (int j = 0; j < 4; j++) v[i * 4 + j] = j < NT ? acc[i * NT + j] : _mm512_setzero_ps();
         j0 = store4x4(v, NT, y, ldy, r, rs);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < NR; i++)
 #pragma GCC unroll 6
-        for (int j = j0; j < NT; j++) y[(size_t)j * ldy + r + i * rs] = hsum16(acc[i * FNT + j]);
+        for (int j = j0; j < NT; j++) y[(size_t)j * ldy + r + i * rs] = hsum16(acc[i * NT + j]);
 }
 
 /* The row tiles of rows r0 .. r1 - 1: with rows of 1 KiB and more (SPREAD_ROWS), NRM rows Q = ceil(n / NRM)
@@ -310,10 +310,12 @@ AI void frows_nt(const int dt, const uint8_t *w, size_t ldw_, int K, const float
 #define ROW_BYTES(W) ((W)->stride * (size_t)((W)->dtype == INK_DT_F32 ? 4 : (W)->dtype == INK_DT_BF16 || (W)->dtype == INK_DT_F16 ? 2 : 1))
 #define SPREAD_ROWS(W) (ROW_BYTES(W) >= 1024)
 /* Float views spread rows of 512 bytes too (H = 256 bf16, the twins' and the bundled model's
- * matrices) up to T = 5: from DRAM, 8192 x 256 bf16, 1 thread: T = 1 17.8 -> 33 GB/s, T = 4 15 -> 21;
- * 2 threads 32 -> 55 and 28 -> 35 (the four streams keep more lines in flight than one stream of
- * 2 KiB tiles). Not at T > 5 (T = 8, 1 thread: 13 -> 11) and not for 256-byte rows (T >= 2 lose). */
-#define SPREAD_FLOAT(W, T) (SPREAD_ROWS(W) || (ROW_BYTES(W) >= 512 && (T) <= 5))
+ * matrices): from DRAM, 8192 x 256 bf16, 1 thread: T = 1 17.8 -> 33 GB/s, T = 4 15 -> 21; 2 threads
+ * 32 -> 55 and 28 -> 35 (the four streams keep more lines in flight than one stream of 2 KiB tiles).
+ * Up to T = 5 on a Zen 5 (T = 8, 1 thread: 13 -> 11 there); up to FROWS_MAXT since an AVX-512 Xeon
+ * (the twin's MLP shapes, 2 threads: T = 8 1.85 -> 1.55-1.7 one-row passes, T = 16 3.05 -> 2.85; one
+ * thread T = 8 1.83 -> 1.52). Not for 256-byte rows (T >= 2 lose). */
+#define SPREAD_FLOAT(W, T) (SPREAD_ROWS(W) || (ROW_BYTES(W) >= 512 && (T) <= FROWS_MAXT))
 #define SPREAD_TILES(r0, r1, T, FULL, ONE)                                                                        \
     {                                                                                                             \
         int sp_ = SPREAD_FLOAT(W, T), n_ = (r1) - (r0);                                                           \
@@ -343,7 +345,9 @@ AI void frows_t(const int dt, const ink_mat *W, const float *x, size_t ldx, floa
 
 /* FNT < T <= FROWS_MAXT: per row tile, passes of NTM tokens, then the rest (the later passes read the
  * tile's rows from L1; from DRAM, T = 8 in two passes of 4 ran 10-15 % faster than in passes of 4 and 4
- * of a 6-wide tile's function, and T = 6 as 4 + 2 as fast as one pass of 6). */
+ * of a 6-wide tile's function). T = 6 is one pass of 4 x 6 (FNT): on an AVX-512 Xeon, where the FMA
+ * port decides T >= 5, 4 + 2 widened every weight twice (twin MLP shapes, 2 threads: 1.75 -> 1.25
+ * one-row passes); passes of 6 for T = 8 .. 16 measured no better than passes of 4. */
 AI void frows_wide(const int dt, const ink_mat *W, const float *x, size_t ldx, float *y, size_t ldy, int r0, int T,
                    const int NR, int rs)
 {
@@ -391,6 +395,11 @@ AI void frows_wide(const int dt, const ink_mat *W, const float *x, size_t ldx, f
     {                                                                                                             \
         frows_t(DT, W, x, ldx, y, ldy, r0, r1, 5);                                                                \
     }                                                                                                             \
+    static __attribute__((noinline)) void NAME##_6(const ink_mat *W, const float *x, size_t ldx, float *y,        \
+                                                   size_t ldy, int r0, int r1)                                    \
+    {                                                                                                             \
+        frows_t(DT, W, x, ldx, y, ldy, r0, r1, 6);                                                                \
+    }                                                                                                             \
     static __attribute__((noinline)) void NAME##_w(const ink_mat *W, const float *x, size_t ldx, float *y,        \
                                                    size_t ldy, int r0, int r1, int T)                             \
     {                                                                                                             \
@@ -405,6 +414,7 @@ AI void frows_wide(const int dt, const ink_mat *W, const float *x, size_t ldx, f
         case 3: NAME##_3(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1); break;                                       \
         case 4: NAME##_4(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1); break;                                       \
         case 5: NAME##_5(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1); break;                                       \
+        case 6: NAME##_6(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1); break;                                       \
         default: NAME##_w(W, x, (size_t)ldx, y, (size_t)ldy, r0, r1, T); break;                                   \
         }                                                                                                         \
     }
