@@ -306,6 +306,19 @@ static void check_fused(int kind, int bits, int gs, int I, int cols, int int8)
                     ink_matmul_k(sets[si], p, &t.m, x, cols, T, yf, 2 * I);
                     ink_matmul_k(sets[si], p, &g, x, cols, T, ya, I);
                     ink_matmul_k(sets[si], p, &u, x, cols, T, yb, I);
+                    if (mode == 1) { /* ink_matmul_swiglu: bitwise the matmul, then ink_silu_mul per row */
+                        ink_kernels_select(sets[si]);
+                        float *ys = malloc((size_t)T * 2 * I * 4), *os = malloc((size_t)T * I * 4),
+                              *ow = malloc((size_t)T * I * 4);
+                        ink_matmul_swiglu(p, &t.m, x, cols, T, ys, 2 * I, os, I);
+                        for (int tt = 0; tt < T; tt++)
+                            ink_silu_mul(ow + (size_t)tt * I, yf + (size_t)tt * 2 * I, yf + (size_t)tt * 2 * I + 1, I, 2);
+                        if (memcmp(ys, yf, (size_t)T * 2 * I * 4) || memcmp(os, ow, (size_t)T * I * 4))
+                            fail_msg("%s kind %d bits %d int8 %d I %d cols %d T %d thr %d: ink_matmul_swiglu differs",
+                                     sets[si]->name, kind, bits, int8, I, cols, T, nth);
+                        free(ys), free(os), free(ow);
+                        ink_kernels_select(NULL);
+                    }
                     for (int tt = 0; tt < T; tt++)
                         for (int i = 0; i < I; i++) {
                             const float *f = yf + (size_t)tt * 2 * I;

@@ -252,9 +252,16 @@ size_t ink_attn_ws_floats(int d, int R, int n_keys)
 
 float ink_exp_poly(float x) { return ink_exp_scalar(x); }
 
+/* ink_silu_mul with set k */
+static void silu_k(const ink_kernels *k, float *o, const float *g, const float *u, int n, int step);
+
 void ink_silu_mul(float *o, const float *g, const float *u, int n, int step)
 {
-    const ink_kernels *k = ink_kernels_active();
+    silu_k(ink_kernels_active(), o, g, u, n, step);
+}
+
+static void silu_k(const ink_kernels *k, float *o, const float *g, const float *u, int n, int step)
+{
     if (k->silu_mul && k->silu_mul(o, g, u, n, step)) return;
     float b[256], e[256];
     for (int i0 = 0; i0 < n; i0 += 256) {
@@ -432,7 +439,10 @@ typedef struct mm_ctx {
     int ldx, ldy, T, int8;
     const uint16_t *xb; /* bf16 activations (native path), xb[t * ldx + k] */
     int pairs;          /* x is reordered for the set's rows_pairs */
+    float *o;           /* ink_matmul_swiglu: the activation of each chunk's row pairs, o[t * ldo + i] */
+    int ldo;
 } mm_ctx;
+
 
 #define MM_CHUNK_MIN ((size_t)256 << 10)
 
@@ -446,6 +456,11 @@ static void mm_task(void *arg, int q0, int q1, int tid)
     if (c->xb) c->k->rows_bf16x(c->W, c->xb, c->ldx, c->T, c->y, c->ldy, r0, r1);
     else if (c->pairs) c->k->rows_pairs(c->W, c->x, c->ldx, c->T, c->y, c->ldy, r0, r1);
     else c->k->rows(c->W, c->x, c->ldx, c->T, c->y, c->ldy, r0, r1, c->int8);
+    if (c->o) /* rows r0 .. r1 - 1 are whole (gate, up) pairs: r0 is a multiple of 4, r1 even */
+        for (int t = 0; t < c->T; t++) {
+            const float *yt = c->y + (size_t)t * c->ldy + r0;
+            silu_k(c->k, c->o + (size_t)t * c->ldo + r0 / 2, yt, yt + 1, (r1 - r0) / 2, 2);
+        }
 }
 
 static void mm_run(ink_pool *p, mm_ctx *c);
@@ -464,7 +479,7 @@ static void matmul_bx(const ink_kernels *k, ink_pool *p, const ink_mat *W, const
     int tb = (native ? BX_BUF : BX_BUF / 2) / K;
     for (int t0 = 0; t0 < T; t0 += tb) {
         int nt = T - t0 < tb ? T - t0 : tb;
-        mm_ctx c = {k, W, NULL, y + (size_t)t0 * ldy, K, ldy, nt, 0, NULL, 0};
+        mm_ctx c = {k, W, NULL, y + (size_t)t0 * ldy, K, ldy, nt, 0, NULL, 0, NULL, 0};
         if (native) {
             for (int t = 0; t < nt; t++)
                 (k->bf16x_fill ? k->bf16x_fill : ink_bf16x_round)(buf.h + (size_t)t * K, x + (size_t)(t0 + t) * ldx, K);
@@ -495,7 +510,7 @@ static void matmul_pairs(const ink_kernels *k, ink_pool *p, const ink_mat *W, co
     for (int t0 = 0; t0 < T; t0 += tb) {
         int nt = T - t0 < tb ? T - t0 : tb;
         for (int t = 0; t < nt; t++) k->pairs_fill(buf + (size_t)t * K, x + (size_t)(t0 + t) * ldx, K);
-        mm_ctx c = {k, W, buf, y + (size_t)t0 * ldy, K, ldy, nt, 0, NULL, 1};
+        mm_ctx c = {k, W, buf, y + (size_t)t0 * ldy, K, ldy, nt, 0, NULL, 1, NULL, 0};
         mm_run(p, &c);
     }
 }
@@ -511,7 +526,24 @@ void ink_matmul_k(const ink_kernels *k, ink_pool *p, const ink_mat *W, const flo
         matmul_pairs(k, p, W, x, ldx, T, y, ldy);
         return;
     }
-    mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_mat_int8(W), NULL, 0};
+    mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_mat_int8(W), NULL, 0, NULL, 0};
+    mm_run(p, &c);
+}
+
+void ink_matmul_swiglu(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, float *o,
+                       int ldo)
+{
+    const ink_kernels *k = ink_kernels_active();
+    if (ink_mat_bf16x(W) || (W->dtype == INK_DT_BF16 && k->rows_pairs) || W->rows % 2) {
+        /* those paths block x on the caller's stack: the activation after the matmul, row by row */
+        ink_matmul_k(k, p, W, x, ldx, T, y, ldy);
+        for (int t = 0; t < T; t++) {
+            const float *yt = y + (size_t)t * ldy;
+            silu_k(k, o + (size_t)t * ldo, yt, yt + 1, W->rows / 2, 2);
+        }
+        return;
+    }
+    mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_mat_int8(W), NULL, 0, o, ldo};
     mm_run(p, &c);
 }
 

@@ -183,6 +183,12 @@ void ink_matmul_n(ink_pool *p, int n, const ink_mat *const *W, const float *x, i
                   const int *ldy);
 void ink_matmul_n_k(const ink_kernels *k, ink_pool *p, int n, const ink_mat *const *W, const float *x, int ldx, int T,
                     float *const *y, const int *ldy);
+/* ink_matmul of a row-interleaved gate/up view W (rows 2i gate, 2i + 1 up; rows even) into y, then
+ * the SwiGLU activation o[t * ldo + i] = ink_silu_mul of (y[t][2i], y[t][2i + 1]) for i < rows / 2,
+ * each chunk's row pairs right after its rows, on the thread that computed them (no serial pass).
+ * y and o must not overlap. Bitwise ink_matmul then ink_silu_mul(o_t, y_t, y_t + 1, rows / 2, 2). */
+void ink_matmul_swiglu(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, float *o,
+                       int ldo);
 /* The same with an explicit kernel set (tests and bench). */
 void ink_matmul_k(const ink_kernels *k, ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y,
                   int ldy);

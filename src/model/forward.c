@@ -286,6 +286,14 @@ static void kv_convs(const ink_layer_w *w, const ink_seg *sg, int n_seg, ink_scr
 static void swiglu_run(const ink_layer_env *env, const ink_ffn_w *f, const float *x, int T, float *out, ink_scratch *s)
 {
     int H = env->cfg->hidden, I = f->gate.rows;
+    size_t cap = (size_t)s->chunk * (size_t)imax(env->cfg->dense_inter, env->cfg->expert_inter); /* ffn, ffn2 */
+    if (f->gu_mode == 1 && (size_t)T * 2 * I <= cap) {
+        /* the gate/up rows into ffn, each chunk's activation into ffn2 on the thread that computed
+         * it (bitwise the in-place pass below) */
+        ink_matmul_swiglu(env->pool, &f->gu, x, H, T, s->ffn, 2 * I, s->ffn2, I);
+        ink_matmul(env->pool, &f->down, s->ffn2, I, T, out, H);
+        return;
+    }
     if (f->gu_mode) {
         /* one matmul over the stored [2I, H] tensor into ffn (ffn2 follows it in the scratch, so
          * T * 2I floats fit); then in place, ascending: out (t, i) sits at or before both inputs */
