@@ -443,7 +443,6 @@ typedef struct mm_ctx {
     int ldo;
 } mm_ctx;
 
-
 #define MM_CHUNK_MIN ((size_t)256 << 10)
 
 /* Items are 4-row quads (tiles stay whole); any partition gives the same result. */
@@ -547,6 +546,21 @@ void ink_matmul_swiglu(ink_pool *p, const ink_mat *W, const float *x, int ldx, i
     mm_run(p, &c);
 }
 
+/* Quads per chunk for `quads` quads of `bytes` weight bytes in all: ~8 chunks per thread, so that a
+ * thread the OS deschedules holds at most one small chunk and the others take the rest; but chunks
+ * of at least MM_CHUNK_MIN weight bytes: each chunk starts its row streams cold (the prefetch
+ * distance lands in the next chunk, often another thread's), and 16 chunks of a 576 x 256 bf16
+ * matrix (two threads, from DRAM) read at 23 GB/s against 41 with one per thread (one thread alone:
+ * 31); 4 MiB matrices were unchanged (50-60 GB/s). Any partition gives the same result. */
+static int mm_grain(ink_pool *p, int quads, size_t bytes)
+{
+    int nth = ink_pool_size(p), grain = (quads + 8 * nth - 1) / (8 * nth);
+    size_t qb = bytes / (size_t)quads + 1;
+    if ((size_t)grain * qb < MM_CHUNK_MIN) grain = (int)((MM_CHUNK_MIN + qb - 1) / qb);
+    if (nth > 1 && (long long)grain * nth > quads) grain = (quads + nth - 1) / nth;
+    return grain;
+}
+
 /* Several views on one x: items are the views' quads one view after another. */
 typedef struct mm_multi {
     const ink_kernels *k;
@@ -595,12 +609,7 @@ void ink_matmul_n_k(const ink_kernels *k, ink_pool *p, int n, const ink_mat *con
         mm_multi_task(&c, 0, quads, 0);
         return;
     }
-    /* mm_run's chunking over the views' rows together */
-    int nth = ink_pool_size(p), grain = (quads + 8 * nth - 1) / (8 * nth);
-    size_t qb = bytes / (size_t)quads + 1;
-    if ((size_t)grain * qb < MM_CHUNK_MIN) grain = (int)((MM_CHUNK_MIN + qb - 1) / qb);
-    if (nth > 1 && (long long)grain * nth > quads) grain = (quads + nth - 1) / nth;
-    ink_pool_for(p, quads, grain, mm_multi_task, &c);
+    ink_pool_for(p, quads, mm_grain(p, quads, bytes), mm_multi_task, &c); /* the views' rows together */
 }
 
 void ink_matmul_n(ink_pool *p, int n, const ink_mat *const *W, const float *x, int ldx, int T, float *const *y,
@@ -619,17 +628,8 @@ static void mm_run(ink_pool *p, mm_ctx *cp)
         mm_task(&c, 0, (W->rows + 3) / 4, 0);
         return;
     }
-    /* ~8 chunks per thread, so that a thread the OS deschedules holds at most one small chunk and the
-     * others take the rest; but chunks of at least MM_CHUNK_MIN weight bytes: each chunk starts its
-     * row streams cold (the prefetch distance lands in the next chunk, often another thread's), and
-     * 16 chunks of a 576 x 256 bf16 matrix (two threads, from DRAM) read at 23 GB/s against 41 with
-     * one per thread (one thread alone: 31); 4 MiB matrices were unchanged (50-60 GB/s). Any
-     * partition gives the same result. */
-    int quads = (W->rows + 3) / 4, nth = ink_pool_size(p), grain = (quads + 8 * nth - 1) / (8 * nth);
-    size_t qb = ink_mat_bytes(W) / (size_t)quads + 1;
-    if ((size_t)grain * qb < MM_CHUNK_MIN) grain = (int)((MM_CHUNK_MIN + qb - 1) / qb);
-    if (nth > 1 && (long long)grain * nth > quads) grain = (quads + nth - 1) / nth;
-    ink_pool_for(p, quads, grain, mm_task, &c);
+    int quads = (W->rows + 3) / 4;
+    ink_pool_for(p, quads, mm_grain(p, quads, ink_mat_bytes(W)), mm_task, &c);
 }
 
 void ink_matmul(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy)
