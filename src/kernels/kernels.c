@@ -652,37 +652,30 @@ void ink_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
     for (int i = 0; i < n; i++) y[i] = (w ? w[i] : 1.0f) * (x[i] * inv);
 }
 
-/* Up to 8 rows at a time: each row's sum of squares is its own chain (ss[j] over i ascending), the
+/* G rows from row r: each row's sum of squares is its own chain (ss[j] over i ascending), the G
  * chains interleaved so that their additions overlap instead of waiting on one another. */
+static inline __attribute__((always_inline)) void norm_group(float *y, const float *x, const float *w, int r, int n,
+                                                             float eps, const int G)
+{
+    float ss[8] = {0};
+    const float *xr = x + (size_t)r * n;
+    for (int i = 0; i < n; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++) ss[j] += xr[(size_t)j * n + i] * xr[(size_t)j * n + i];
+    for (int j = 0; j < G; j++) {
+        float inv = 1.0f / sqrtf(ss[j] / (float)n + eps);
+        const float *xj = xr + (size_t)j * n;
+        float *yj = y + (size_t)(r + j) * n;
+        for (int i = 0; i < n; i++) yj[i] = (w ? w[i] : 1.0f) * (xj[i] * inv);
+    }
+}
+
+/* Groups of 8 rows, then 4, then one at a time. */
 void ink_rmsnorm_rows(float *y, const float *x, const float *w, int rows, int n, float eps)
 {
     int r = 0;
-    for (; r + 8 <= rows; r += 8) {
-        float ss[8] = {0};
-        const float *xr = x + (size_t)r * n;
-        for (int i = 0; i < n; i++)
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) ss[j] += xr[(size_t)j * n + i] * xr[(size_t)j * n + i];
-        for (int j = 0; j < 8; j++) {
-            float inv = 1.0f / sqrtf(ss[j] / (float)n + eps);
-            const float *xj = xr + (size_t)j * n;
-            float *yj = y + (size_t)(r + j) * n;
-            for (int i = 0; i < n; i++) yj[i] = (w ? w[i] : 1.0f) * (xj[i] * inv);
-        }
-    }
-    for (; r + 4 <= rows; r += 4) {
-        float ss[4] = {0};
-        const float *xr = x + (size_t)r * n;
-        for (int i = 0; i < n; i++)
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) ss[j] += xr[(size_t)j * n + i] * xr[(size_t)j * n + i];
-        for (int j = 0; j < 4; j++) {
-            float inv = 1.0f / sqrtf(ss[j] / (float)n + eps);
-            const float *xj = xr + (size_t)j * n;
-            float *yj = y + (size_t)(r + j) * n;
-            for (int i = 0; i < n; i++) yj[i] = (w ? w[i] : 1.0f) * (xj[i] * inv);
-        }
-    }
+    for (; r + 8 <= rows; r += 8) norm_group(y, x, w, r, n, eps, 8);
+    for (; r + 4 <= rows; r += 4) norm_group(y, x, w, r, n, eps, 4);
     for (; r < rows; r++) ink_rmsnorm(y + (size_t)r * n, x + (size_t)r * n, w, n, eps);
 }
 
