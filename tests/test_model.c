@@ -103,7 +103,8 @@ static void test_decode_equals_prefill_shapes(void **state)
 }
 
 /* A row evaluated inside a multi-row forward gives bitwise the logits of the same row decoded alone,
- * for every forward width 1..9 (verify widths) and 64+ (a prefill chunk), on 1 and 3 threads, with
+ * for every forward width 1..9 (verify widths) and 64+ (a prefill chunk: its MoE layers take the
+ * expert-by-expert loop, narrower forwards the grouped experts), on 1 and 3 threads, with
  * GQA ratios 1, 2 and 4 and windows short enough that rows of one forward see different key ranges;
  * with every kernel set the CPU has. */
 static void test_rows_bitwise(void **state)

@@ -439,8 +439,6 @@ typedef struct mm_ctx {
     int ldx, ldy, T, int8;
     const uint16_t *xb; /* bf16 activations (native path), xb[t * ldx + k] */
     int pairs;          /* x is reordered for the set's rows_pairs */
-    float *o;           /* ink_matmul_swiglu: the activation of each chunk's row pairs, o[t * ldo + i] */
-    int ldo;
 } mm_ctx;
 
 #define MM_CHUNK_MIN ((size_t)256 << 10)
@@ -455,11 +453,6 @@ static void mm_task(void *arg, int q0, int q1, int tid)
     if (c->xb) c->k->rows_bf16x(c->W, c->xb, c->ldx, c->T, c->y, c->ldy, r0, r1);
     else if (c->pairs) c->k->rows_pairs(c->W, c->x, c->ldx, c->T, c->y, c->ldy, r0, r1);
     else c->k->rows(c->W, c->x, c->ldx, c->T, c->y, c->ldy, r0, r1, c->int8);
-    if (c->o) /* rows r0 .. r1 - 1 are whole (gate, up) pairs: r0 is a multiple of 4, r1 even */
-        for (int t = 0; t < c->T; t++) {
-            const float *yt = c->y + (size_t)t * c->ldy + r0;
-            silu_k(c->k, c->o + (size_t)t * c->ldo + r0 / 2, yt, yt + 1, (r1 - r0) / 2, 2);
-        }
 }
 
 static void mm_run(ink_pool *p, mm_ctx *c);
@@ -478,7 +471,7 @@ static void matmul_bx(const ink_kernels *k, ink_pool *p, const ink_mat *W, const
     int tb = (native ? BX_BUF : BX_BUF / 2) / K;
     for (int t0 = 0; t0 < T; t0 += tb) {
         int nt = T - t0 < tb ? T - t0 : tb;
-        mm_ctx c = {k, W, NULL, y + (size_t)t0 * ldy, K, ldy, nt, 0, NULL, 0, NULL, 0};
+        mm_ctx c = {k, W, NULL, y + (size_t)t0 * ldy, K, ldy, nt, 0, NULL, 0};
         if (native) {
             for (int t = 0; t < nt; t++)
                 (k->bf16x_fill ? k->bf16x_fill : ink_bf16x_round)(buf.h + (size_t)t * K, x + (size_t)(t0 + t) * ldx, K);
@@ -509,7 +502,7 @@ static void matmul_pairs(const ink_kernels *k, ink_pool *p, const ink_mat *W, co
     for (int t0 = 0; t0 < T; t0 += tb) {
         int nt = T - t0 < tb ? T - t0 : tb;
         for (int t = 0; t < nt; t++) k->pairs_fill(buf + (size_t)t * K, x + (size_t)(t0 + t) * ldx, K);
-        mm_ctx c = {k, W, buf, y + (size_t)t0 * ldy, K, ldy, nt, 0, NULL, 1, NULL, 0};
+        mm_ctx c = {k, W, buf, y + (size_t)t0 * ldy, K, ldy, nt, 0, NULL, 1};
         mm_run(p, &c);
     }
 }
@@ -525,24 +518,7 @@ void ink_matmul_k(const ink_kernels *k, ink_pool *p, const ink_mat *W, const flo
         matmul_pairs(k, p, W, x, ldx, T, y, ldy);
         return;
     }
-    mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_mat_int8(W), NULL, 0, NULL, 0};
-    mm_run(p, &c);
-}
-
-void ink_matmul_swiglu(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, float *o,
-                       int ldo)
-{
-    const ink_kernels *k = ink_kernels_active();
-    if (ink_mat_bf16x(W) || (W->dtype == INK_DT_BF16 && k->rows_pairs) || W->rows % 2) {
-        /* those paths block x on the caller's stack: the activation after the matmul, row by row */
-        ink_matmul_k(k, p, W, x, ldx, T, y, ldy);
-        for (int t = 0; t < T; t++) {
-            const float *yt = y + (size_t)t * ldy;
-            silu_k(k, o + (size_t)t * ldo, yt, yt + 1, W->rows / 2, 2);
-        }
-        return;
-    }
-    mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_mat_int8(W), NULL, 0, o, ldo};
+    mm_ctx c = {k, W, x, y, ldx, ldy, T, ink_mat_int8(W), NULL, 0};
     mm_run(p, &c);
 }
 
@@ -561,61 +537,79 @@ static int mm_grain(ink_pool *p, int quads, size_t bytes)
     return grain;
 }
 
-/* Several views on one x: items are the views' quads one view after another. */
-typedef struct mm_multi {
+/* Jobs (ink_matmul_jobs): items are the jobs' quads one job after another. */
+typedef struct mm_jobs {
     const ink_kernels *k;
-    int n, T, ldx;
-    const float *x;
-    const ink_mat *const *W;
-    float *const *y;
-    const int *ldy;
-    int first[INK_MATMUL_N + 1]; /* view i's quads are items first[i] .. first[i + 1] - 1 */
-} mm_multi;
+    int n;
+    const ink_mm_job *j;
+    int first[INK_MM_JOBS + 1]; /* job i's quads are items first[i] .. first[i + 1] - 1 */
+} mm_jobs;
 
-static void mm_multi_task(void *arg, int q0, int q1, int tid)
+/* rows r0 .. r1 - 1 of job j, then their activation when it has one (r0 a multiple of 4, r1 even:
+ * whole (gate, up) pairs) */
+static void job_rows(const ink_kernels *k, const ink_mm_job *j, int r0, int r1)
+{
+    k->rows(j->W, j->x, j->ldx, j->T, j->y, j->ldy, r0, r1, ink_mat_int8(j->W));
+    if (j->o)
+        for (int t = 0; t < j->T; t++) {
+            const float *yt = j->y + (size_t)t * j->ldy + r0;
+            silu_k(k, j->o + (size_t)t * j->ldo + r0 / 2, yt, yt + 1, (r1 - r0) / 2, 2);
+        }
+}
+
+static void mm_jobs_task(void *arg, int q0, int q1, int tid)
 {
     (void)tid;
-    const mm_multi *c = arg;
+    const mm_jobs *c = arg;
     for (int i = 0; i < c->n; i++) {
         int lo = q0 > c->first[i] ? q0 : c->first[i], hi = q1 < c->first[i + 1] ? q1 : c->first[i + 1];
         if (lo >= hi) continue;
-        const ink_mat *W = c->W[i];
-        int r0 = (lo - c->first[i]) * 4, r1 = (hi - c->first[i]) * 4 < W->rows ? (hi - c->first[i]) * 4 : W->rows;
-        c->k->rows(W, c->x, c->ldx, c->T, c->y[i], c->ldy[i], r0, r1, ink_mat_int8(W));
+        int R = c->j[i].W->rows, r0 = (lo - c->first[i]) * 4, r1 = (hi - c->first[i]) * 4 < R ? (hi - c->first[i]) * 4 : R;
+        job_rows(c->k, &c->j[i], r0, r1);
     }
 }
 
-void ink_matmul_n_k(const ink_kernels *k, ink_pool *p, int n, const ink_mat *const *W, const float *x, int ldx, int T,
-                    float *const *y, const int *ldy)
+void ink_matmul_jobs_k(const ink_kernels *k, ink_pool *p, int n, const ink_mm_job *jobs)
 {
-    int one_by_one = n > INK_MATMUL_N;
+    int one_by_one = n > INK_MM_JOBS;
     for (int i = 0; i < n && !one_by_one; i++)
-        one_by_one = ink_mat_bf16x(W[i]) || (W[i]->dtype == INK_DT_BF16 && k->rows_pairs);
-    if (one_by_one) {
-        for (int i = 0; i < n; i++) ink_matmul_k(k, p, W[i], x, ldx, T, y[i], ldy[i]);
+        one_by_one = ink_mat_bf16x(jobs[i].W) || (jobs[i].W->dtype == INK_DT_BF16 && k->rows_pairs) ||
+                     (jobs[i].o && jobs[i].W->rows % 2);
+    if (one_by_one) { /* those paths block x on the caller's stack: the activation after each matmul */
+        for (int i = 0; i < n; i++) {
+            const ink_mm_job *j = &jobs[i];
+            ink_matmul_k(k, p, j->W, j->x, j->ldx, j->T, j->y, j->ldy);
+            for (int t = 0; j->o && t < j->T; t++) {
+                const float *yt = j->y + (size_t)t * j->ldy;
+                silu_k(k, j->o + (size_t)t * j->ldo, yt, yt + 1, j->W->rows / 2, 2);
+            }
+        }
         return;
     }
-    mm_multi c = {k, n, T, ldx, x, W, y, ldy, {0}};
+    mm_jobs c = {k, n, jobs, {0}};
     long long macs = 0;
     size_t bytes = 0;
     for (int i = 0; i < n; i++) {
-        c.first[i + 1] = c.first[i] + (W[i]->rows + 3) / 4;
-        macs += (long long)W[i]->rows * W[i]->cols * T;
-        bytes += ink_mat_bytes(W[i]);
+        c.first[i + 1] = c.first[i] + (jobs[i].W->rows + 3) / 4;
+        macs += (long long)jobs[i].W->rows * jobs[i].W->cols * jobs[i].T;
+        bytes += ink_mat_bytes(jobs[i].W);
     }
     int quads = c.first[n];
     if (quads == 0) return;
     if (macs < 32768) { /* as mm_run: not worth waking the workers */
-        mm_multi_task(&c, 0, quads, 0);
+        mm_jobs_task(&c, 0, quads, 0);
         return;
     }
-    ink_pool_for(p, quads, mm_grain(p, quads, bytes), mm_multi_task, &c); /* the views' rows together */
+    ink_pool_for(p, quads, mm_grain(p, quads, bytes), mm_jobs_task, &c); /* the jobs' rows together */
 }
 
-void ink_matmul_n(ink_pool *p, int n, const ink_mat *const *W, const float *x, int ldx, int T, float *const *y,
-                  const int *ldy)
+void ink_matmul_jobs(ink_pool *p, int n, const ink_mm_job *jobs) { ink_matmul_jobs_k(ink_kernels_active(), p, n, jobs); }
+
+void ink_matmul_swiglu(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, float *o,
+                       int ldo)
 {
-    ink_matmul_n_k(ink_kernels_active(), p, n, W, x, ldx, T, y, ldy);
+    ink_mm_job j = {W, x, ldx, T, y, ldy, o, ldo};
+    ink_matmul_jobs(p, 1, &j);
 }
 
 static void mm_run(ink_pool *p, mm_ctx *cp)

@@ -174,19 +174,26 @@ void ink_kernels_select(const ink_kernels *k); /* NULL: back to the best availab
 /* y[t, o] = sum_i W[o, i] * x[t, i] for t < T, o < W->rows. x rows are ldx apart, y rows ldy.
  * Int8 activations when W->int8 and the int8 path takes W (ink_mat_int8). */
 void ink_matmul(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy);
-/* ink_matmul of n views (n <= INK_MATMUL_N) on the same x, y[i] rows ldy[i] apart, in one pool
- * dispatch over all their rows (the small projections of a layer: each alone is one chunk on one
- * thread); per row bitwise ink_matmul. Views the set takes another way (bf16 activations, lane
- * pairs) run one by one. */
-#define INK_MATMUL_N 8
-void ink_matmul_n(ink_pool *p, int n, const ink_mat *const *W, const float *x, int ldx, int T, float *const *y,
-                  const int *ldy);
-void ink_matmul_n_k(const ink_kernels *k, ink_pool *p, int n, const ink_mat *const *W, const float *x, int ldx, int T,
-                    float *const *y, const int *ldy);
-/* ink_matmul of a row-interleaved gate/up view W (rows 2i gate, 2i + 1 up; rows even) into y, then
- * the SwiGLU activation o[t * ldo + i] = ink_silu_mul of (y[t][2i], y[t][2i + 1]) for i < rows / 2,
- * each chunk's row pairs right after its rows, on the thread that computed them (no serial pass).
- * y and o must not overlap. Bitwise ink_matmul then ink_silu_mul(o_t, y_t, y_t + 1, rows / 2, 2). */
+/* Several matmuls in one pool dispatch over all their rows (the small projections of a layer, the
+ * experts of a MoE layer: each alone is one chunk on one thread). Job i: y = W x for T rows (x rows
+ * ldx apart, y rows ldy); with o set, W is a row-interleaved gate/up view (rows 2i gate, 2i + 1 up,
+ * rows even) and o[t * ldo + i] receives the SwiGLU activation ink_silu_mul of (y[t][2i],
+ * y[t][2i + 1]), each chunk's row pairs right after its rows on the thread that computed them (y
+ * and o must not overlap). Per row bitwise ink_matmul (then ink_silu_mul). Jobs the set takes
+ * another way (bf16 activations, lane pairs) run one after another. At most INK_MM_JOBS jobs. */
+#define INK_MM_JOBS 16
+typedef struct ink_mm_job {
+    const ink_mat *W;
+    const float *x;
+    int ldx, T;
+    float *y;
+    int ldy;
+    float *o; /* NULL: a plain matmul */
+    int ldo;
+} ink_mm_job;
+void ink_matmul_jobs(ink_pool *p, int n, const ink_mm_job *jobs);
+void ink_matmul_jobs_k(const ink_kernels *k, ink_pool *p, int n, const ink_mm_job *jobs);
+/* One gate/up job with its activation (as above). */
 void ink_matmul_swiglu(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, float *y, int ldy, float *o,
                        int ldo);
 /* The same with an explicit kernel set (tests and bench). */

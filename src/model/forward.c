@@ -53,9 +53,9 @@ int ink_scratch_init(ink_scratch *s, const ink_layer_env *env, int chunk, int n_
     for (int i = 0; i < 13; i++) total += (sz[i] + 15) & ~(size_t)15;
     s->mem = aligned_alloc(64, total * sizeof(float));
     s->route_ids = malloc((size_t)chunk * (c->n_expert_used + 1) * sizeof(int));
-    s->rows = malloc((size_t)chunk * sizeof(int));
+    s->rows = malloc((size_t)chunk * (c->n_expert_used + c->n_shared + 1) * sizeof(int)); /* moe_grouped: every expert's rows */
     s->route_w = malloc((size_t)chunk * (c->n_expert_used + c->n_shared + 1) * sizeof(float));
-    s->row_w = malloc((size_t)chunk * sizeof(float));
+    s->row_w = malloc((size_t)chunk * (c->n_expert_used + c->n_shared + 1) * sizeof(float));
     if (!s->mem || !s->route_ids || !s->rows || !s->route_w || !s->row_w) {
         ink_scratch_free(s);
         return ink_err_set(err, INK_E_NOMEM, "cannot allocate %zu bytes of scratch", total * sizeof(float));
@@ -247,11 +247,12 @@ static void attention(const ink_layer_env *env, const ink_layer_w *w, const ink_
     size_t qb = ink_prof_on ? ink_mat_bytes(&w->at.wq) + ink_mat_bytes(&w->at.wk) + ink_mat_bytes(&w->at.wv) +
                                   ink_mat_bytes(&w->at.wr)
                             : 0;
-    const ink_mat *Wp[4] = {&w->at.wq, &w->at.wk, &w->at.wv, &w->at.wr};
-    float *yp[4] = {s->q, s->k, s->v, s->r};
-    int ldp[4] = {nh * d, kw, kw, nh * cfg->d_rel};
+    const ink_mm_job proj[4] = {{&w->at.wq, s->a, H, T, s->q, nh * d, NULL, 0},
+                                {&w->at.wk, s->a, H, T, s->k, kw, NULL, 0},
+                                {&w->at.wv, s->a, H, T, s->v, kw, NULL, 0},
+                                {&w->at.wr, s->a, H, T, s->r, nh * cfg->d_rel, NULL, 0}};
     INK_PROF(INK_PROF_QKV, qb, {
-        ink_matmul_n(env->pool, 4, Wp, s->a, H, T, yp, ldp); /* one dispatch for the four */
+        ink_matmul_jobs(env->pool, 4, proj); /* one dispatch for the four */
     });
     INK_PROF(INK_PROF_CONV, 0, kv_convs(w, sg, n_seg, s, kw, K));
     INK_PROF(INK_PROF_NORM, 0, {
@@ -366,6 +367,65 @@ void ink_moe_experts(const ink_layer_env *env, const ink_layer_w *w, const float
     }
 }
 
+/* The experts of a MoE layer (the chosen ones and the shared ones, routed already into
+ * s->route_ids / s->route_w) in two pool dispatches: every active expert's gate/up with its
+ * activation (ink_matmul_jobs), then every down; each alone is a small matrix, one chunk on one
+ * thread. Rows, products and the combine (expert by expert in id order, tokens in order) are moe's
+ * loop's, so the bits are too. 0 (nothing done) when the experts do not all have the interleaved
+ * gate/up, there are more than INK_MM_JOBS of them, or their rows do not fit the scratch. */
+static int moe_grouped(const ink_layer_env *env, const ink_layer_w *w, const float *x, int T, float *out,
+                       ink_scratch *s, double *t_ffn)
+{
+    const ink_config *c = env->cfg;
+    int H = c->hidden, E = c->n_expert, k = c->n_expert_used, S = c->n_shared, KS = k + S;
+    const int *chosen = s->route_ids;
+    const float *wt = s->route_w;
+    int *rows = s->rows, ids[INK_MM_JOBS], first[INK_MM_JOBS + 1], n = 0, R = 0;
+    float *rw = s->row_w;
+    size_t cap = (size_t)s->chunk * (size_t)imax(c->dense_inter, c->expert_inter), ny = 0;
+    first[0] = 0;
+    for (int e = 0; e < E + S; e++) {
+        const ink_ffn_w *f = e < E ? &w->experts[e] : &w->shared[e - E];
+        int m = 0;
+        for (int t = 0; t < T; t++) {
+            if (e < E) {
+                for (int j = 0; j < k; j++)
+                    if (chosen[t * k + j] == e) rows[R + m] = t, rw[R + m++] = wt[t * KS + j];
+            } else
+                rows[R + m] = t, rw[R + m++] = wt[t * KS + k + e - E];
+        }
+        if (!m) continue;
+        if (n == INK_MM_JOBS || f->gu_mode != 1) return 0;
+        ny += (size_t)m * 2 * (size_t)f->gate.rows;
+        ids[n++] = e, R += m, first[n] = R;
+    }
+    if (R > s->chunk || ny > cap) return 0;
+    float *gx = s->moe_acc, *gy = s->moe_acc + (size_t)s->chunk * H, *y = s->ffn, *o = s->ffn2;
+    for (int i = 0; i < R; i++) memcpy(gx + (size_t)i * H, x + (size_t)rows[i] * H, (size_t)H * sizeof(float));
+    ink_mm_job gu[INK_MM_JOBS], dn[INK_MM_JOBS];
+    size_t bytes = 0;
+    for (int j = 0; j < n; j++) {
+        const ink_ffn_w *f = ids[j] < E ? &w->experts[ids[j]] : &w->shared[ids[j] - E];
+        int m = first[j + 1] - first[j], I = f->gate.rows;
+        gu[j] = (ink_mm_job){&f->gu, gx + (size_t)first[j] * H, H, m, y, 2 * I, o, I};
+        dn[j] = (ink_mm_job){&f->down, o, I, m, gy + (size_t)first[j] * H, H, NULL, 0};
+        y += (size_t)m * 2 * I, o += (size_t)m * I;
+        bytes += ink_prof_on ? ink_mat_bytes(&f->gu) + ink_mat_bytes(&f->down) : 0;
+    }
+    double tf = ink_prof_on ? ink_now_s() : 0;
+    INK_PROF(INK_PROF_EXPERT, bytes, {
+        ink_matmul_jobs(env->pool, n, gu);
+        ink_matmul_jobs(env->pool, n, dn);
+    });
+    if (ink_prof_on) *t_ffn += ink_now_s() - tf;
+    for (int i = 0; i < R; i++) {
+        float *od = out + (size_t)rows[i] * H;
+        const float *yi = gy + (size_t)i * H;
+        for (int h = 0; h < H; h++) od[h] += rw[i] * yi[h];
+    }
+    return 1;
+}
+
 static void moe(const ink_layer_env *env, const ink_layer_w *w, const float *x, int T, float *out, ink_scratch *s)
 {
     if (env->ep) {
@@ -385,6 +445,10 @@ static void moe(const ink_layer_env *env, const ink_layer_w *w, const float *x, 
     double t0 = ink_prof_on ? ink_now_s() : 0, t_ffn = 0;
     memset(out, 0, (size_t)T * H * sizeof(float));
     float *gx = s->moe_acc, *gy = s->moe_acc + (size_t)s->chunk * H;
+    if (moe_grouped(env, w, x, T, out, s, &t_ffn)) {
+        if (ink_prof_on) ink_prof_add(INK_PROF_COMBINE, ink_now_s() - t0 - t_ffn, 0);
+        return;
+    }
     for (int e = 0; e < E + S; e++) {
         int n = 0;
         for (int t = 0; t < T; t++) {
