@@ -542,14 +542,16 @@ typedef struct mm_jobs {
     const ink_kernels *k;
     int n;
     const ink_mm_job *j;
-    int first[INK_MM_JOBS + 1]; /* job i's quads are items first[i] .. first[i + 1] - 1 */
+    unsigned char pairs[INK_MM_JOBS]; /* job i's x is reordered for the set's rows_pairs */
+    int first[INK_MM_JOBS + 1];       /* job i's quads are items first[i] .. first[i + 1] - 1 */
 } mm_jobs;
 
 /* rows r0 .. r1 - 1 of job j, then their activation when it has one (r0 a multiple of 4, r1 even:
  * whole (gate, up) pairs) */
-static void job_rows(const ink_kernels *k, const ink_mm_job *j, int r0, int r1)
+static void job_rows(const ink_kernels *k, const ink_mm_job *j, int pairs, int r0, int r1)
 {
-    k->rows(j->W, j->x, j->ldx, j->T, j->y, j->ldy, r0, r1, ink_mat_int8(j->W));
+    if (pairs) k->rows_pairs(j->W, j->x, j->ldx, j->T, j->y, j->ldy, r0, r1);
+    else k->rows(j->W, j->x, j->ldx, j->T, j->y, j->ldy, r0, r1, ink_mat_int8(j->W));
     if (j->o)
         for (int t = 0; t < j->T; t++) {
             const float *yt = j->y + (size_t)t * j->ldy + r0;
@@ -565,17 +567,37 @@ static void mm_jobs_task(void *arg, int q0, int q1, int tid)
         int lo = q0 > c->first[i] ? q0 : c->first[i], hi = q1 < c->first[i + 1] ? q1 : c->first[i + 1];
         if (lo >= hi) continue;
         int R = c->j[i].W->rows, r0 = (lo - c->first[i]) * 4, r1 = (hi - c->first[i]) * 4 < R ? (hi - c->first[i]) * 4 : R;
-        job_rows(c->k, &c->j[i], r0, r1);
+        job_rows(c->k, &c->j[i], c->pairs[i], r0, r1);
     }
 }
 
 void ink_matmul_jobs_k(const ink_kernels *k, ink_pool *p, int n, const ink_mm_job *jobs)
 {
+    /* bf16 views the set takes in lane pairs: their x reordered once on the caller's stack (as
+     * matmul_pairs; jobs on the same x share it), when it all fits */
+    float buf[PAIRS_BUF];
+    ink_mm_job local[INK_MM_JOBS];
+    mm_jobs c = {k, n, local, {0}, {0}};
     int one_by_one = n > INK_MM_JOBS;
-    for (int i = 0; i < n && !one_by_one; i++)
-        one_by_one = ink_mat_bf16x(jobs[i].W) || (jobs[i].W->dtype == INK_DT_BF16 && k->rows_pairs) ||
-                     (jobs[i].o && jobs[i].W->rows % 2);
-    if (one_by_one) { /* those paths block x on the caller's stack: the activation after each matmul */
+    size_t used = 0;
+    for (int i = 0; i < n && !one_by_one; i++) {
+        const ink_mm_job *j = &jobs[i];
+        local[i] = *j;
+        one_by_one = ink_mat_bf16x(j->W) || (j->o && j->W->rows % 2);
+        if (one_by_one || !(c.pairs[i] = j->W->dtype == INK_DT_BF16 && k->rows_pairs)) continue;
+        int K = j->W->cols, same = -1;
+        for (int e = 0; e < i && same < 0; e++)
+            if (c.pairs[e] && jobs[e].x == j->x && jobs[e].ldx == j->ldx && jobs[e].T >= j->T && jobs[e].W->cols == K)
+                same = e;
+        if (same >= 0) {
+            local[i].x = local[same].x, local[i].ldx = K;
+        } else if (used + (size_t)j->T * K <= PAIRS_BUF) {
+            for (int t = 0; t < j->T; t++) k->pairs_fill(buf + used + (size_t)t * K, j->x + (size_t)t * j->ldx, K);
+            local[i].x = buf + used, local[i].ldx = K, used += (size_t)j->T * K;
+        } else
+            one_by_one = 1;
+    }
+    if (one_by_one) { /* the activation after each matmul */
         for (int i = 0; i < n; i++) {
             const ink_mm_job *j = &jobs[i];
             ink_matmul_k(k, p, j->W, j->x, j->ldx, j->T, j->y, j->ldy);
@@ -586,7 +608,6 @@ void ink_matmul_jobs_k(const ink_kernels *k, ink_pool *p, int n, const ink_mm_jo
         }
         return;
     }
-    mm_jobs c = {k, n, jobs, {0}};
     long long macs = 0;
     size_t bytes = 0;
     for (int i = 0; i < n; i++) {

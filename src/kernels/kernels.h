@@ -179,8 +179,10 @@ void ink_matmul(ink_pool *p, const ink_mat *W, const float *x, int ldx, int T, f
  * ldx apart, y rows ldy); with o set, W is a row-interleaved gate/up view (rows 2i gate, 2i + 1 up,
  * rows even) and o[t * ldo + i] receives the SwiGLU activation ink_silu_mul of (y[t][2i],
  * y[t][2i + 1]), each chunk's row pairs right after its rows on the thread that computed them (y
- * and o must not overlap). Per row bitwise ink_matmul (then ink_silu_mul). Jobs the set takes
- * another way (bf16 activations, lane pairs) run one after another. At most INK_MM_JOBS jobs. */
+ * and o must not overlap). Per row bitwise ink_matmul (then ink_silu_mul). BF16 views the set takes
+ * in lane pairs get their x reordered once (shared by jobs on the same x) when all of it fits the
+ * caller-stack buffer; otherwise, and with bf16 activations, the jobs run one after another. At
+ * most INK_MM_JOBS jobs. */
 #define INK_MM_JOBS 16
 typedef struct ink_mm_job {
     const ink_mat *W;
