@@ -106,12 +106,8 @@ static const uint16_t bf_hi_idx[32] = {0, 0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6,
                                        0, 8, 0, 9, 0, 10, 0, 11, 0, 12, 0, 13, 0, 14, 0, 15};
 AI __m512 bf16_f32(__m256i h)
 {
-#ifdef INK_BF_SHIFT
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-#else
     return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16((__mmask32)0xAAAAAAAAu, _mm512_loadu_si512(bf_hi_idx),
                                                               _mm512_castsi256_si512(h)));
-#endif
 }
 
 AI __m512 ldw(const int dt, const void *p, size_t off)

@@ -442,6 +442,7 @@ typedef struct mm_ctx {
 } mm_ctx;
 
 #define MM_CHUNK_MIN ((size_t)256 << 10)
+#define MM_SMALL 32768 /* multiply-adds below which a matmul runs on the caller alone */
 
 /* Items are 4-row quads (tiles stay whole); any partition gives the same result. */
 static void mm_task(void *arg, int q0, int q1, int tid)
@@ -546,17 +547,21 @@ typedef struct mm_jobs {
     int first[INK_MM_JOBS + 1];       /* job i's quads are items first[i] .. first[i + 1] - 1 */
 } mm_jobs;
 
-/* rows r0 .. r1 - 1 of job j, then their activation when it has one (r0 a multiple of 4, r1 even:
- * whole (gate, up) pairs) */
+/* job j's activation of its rows r0 .. r1 - 1 (whole (gate, up) pairs: r0 even, r1 even) */
+static void job_silu(const ink_kernels *k, const ink_mm_job *j, int r0, int r1)
+{
+    for (int t = 0; j->o && t < j->T; t++) {
+        const float *yt = j->y + (size_t)t * j->ldy + r0;
+        silu_k(k, j->o + (size_t)t * j->ldo + r0 / 2, yt, yt + 1, (r1 - r0) / 2, 2);
+    }
+}
+
+/* rows r0 .. r1 - 1 of job j (r0 a multiple of 4), then their activation when it has one */
 static void job_rows(const ink_kernels *k, const ink_mm_job *j, int pairs, int r0, int r1)
 {
     if (pairs) k->rows_pairs(j->W, j->x, j->ldx, j->T, j->y, j->ldy, r0, r1);
     else k->rows(j->W, j->x, j->ldx, j->T, j->y, j->ldy, r0, r1, ink_mat_int8(j->W));
-    if (j->o)
-        for (int t = 0; t < j->T; t++) {
-            const float *yt = j->y + (size_t)t * j->ldy + r0;
-            silu_k(k, j->o + (size_t)t * j->ldo + r0 / 2, yt, yt + 1, (r1 - r0) / 2, 2);
-        }
+    job_silu(k, j, r0, r1);
 }
 
 static void mm_jobs_task(void *arg, int q0, int q1, int tid)
@@ -599,12 +604,8 @@ void ink_matmul_jobs_k(const ink_kernels *k, ink_pool *p, int n, const ink_mm_jo
     }
     if (one_by_one) { /* the activation after each matmul */
         for (int i = 0; i < n; i++) {
-            const ink_mm_job *j = &jobs[i];
-            ink_matmul_k(k, p, j->W, j->x, j->ldx, j->T, j->y, j->ldy);
-            for (int t = 0; j->o && t < j->T; t++) {
-                const float *yt = j->y + (size_t)t * j->ldy;
-                silu_k(k, j->o + (size_t)t * j->ldo, yt, yt + 1, j->W->rows / 2, 2);
-            }
+            ink_matmul_k(k, p, jobs[i].W, jobs[i].x, jobs[i].ldx, jobs[i].T, jobs[i].y, jobs[i].ldy);
+            job_silu(k, &jobs[i], 0, jobs[i].W->rows & ~1);
         }
         return;
     }
@@ -617,7 +618,7 @@ void ink_matmul_jobs_k(const ink_kernels *k, ink_pool *p, int n, const ink_mm_jo
     }
     int quads = c.first[n];
     if (quads == 0) return;
-    if (macs < 32768) { /* as mm_run: not worth waking the workers */
+    if (macs < MM_SMALL) {
         mm_jobs_task(&c, 0, quads, 0);
         return;
     }
@@ -639,7 +640,7 @@ static void mm_run(ink_pool *p, mm_ctx *cp)
     const ink_mat *W = c.W;
     int T = c.T;
     /* Small problems are not worth waking the workers. */
-    if ((long long)W->rows * W->cols * T < 32768) {
+    if ((long long)W->rows * W->cols * T < MM_SMALL) {
         mm_task(&c, 0, (W->rows + 3) / 4, 0);
         return;
     }
@@ -701,7 +702,7 @@ void ink_sconv(const float *w, float *state, const float *u, float *y, int T, in
     memcpy(ext + (size_t)S * C, u, (size_t)T * C * sizeof(float));
     const ink_kernels *ks = ink_kernels_active();
     int lanes = ks->sconv_rows && ks->sconv_rows(w, ext, y, T, C, K);
-    for (int t = 0; t < (lanes ? 0 : T); t++) {
+    for (int t = 0; t < T && !lanes; t++) { /* the portable loop where the set did not take it */
         const float *row = ext + (size_t)t * C; /* ext row t = input t - (K-1) */
         float *yt = y + (size_t)t * C;
         const float *ut = ext + (size_t)(t + S) * C;
