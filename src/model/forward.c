@@ -283,12 +283,17 @@ static void kv_convs(const ink_layer_w *w, const ink_seg *sg, int n_seg, ink_scr
 
 /* ---- MLPs ------------------------------------------------------------------------------ */
 
+/* Floats in each of the scratch's two MLP buffers, ffn and ffn2. */
+static size_t ffn_cap(const ink_config *c, const ink_scratch *s)
+{
+    return (size_t)s->chunk * (size_t)imax(c->dense_inter, c->expert_inter);
+}
+
 /* out[T][H] = down(silu(gate x) * up x) for rows x[T][H]. */
 static void swiglu_run(const ink_layer_env *env, const ink_ffn_w *f, const float *x, int T, float *out, ink_scratch *s)
 {
     int H = env->cfg->hidden, I = f->gate.rows;
-    size_t cap = (size_t)s->chunk * (size_t)imax(env->cfg->dense_inter, env->cfg->expert_inter); /* ffn, ffn2 */
-    if (f->gu_mode == 1 && (size_t)T * 2 * I <= cap) {
+    if (f->gu_mode == 1 && (size_t)T * 2 * I <= ffn_cap(env->cfg, s)) {
         /* the gate/up rows into ffn, each chunk's activation into ffn2 on the thread that computed
          * it (bitwise the in-place pass below) */
         ink_matmul_swiglu(env->pool, &f->gu, x, H, T, s->ffn, 2 * I, s->ffn2, I);
@@ -367,6 +372,37 @@ void ink_moe_experts(const ink_layer_env *env, const ink_layer_w *w, const float
     }
 }
 
+/* Expert e's rows of T routed tokens (e >= n_expert: shared expert e - n_expert, every token), in
+ * token order: the token in rows[], its mixture weight in rw[]; returns how many. */
+static int expert_rows(const ink_config *c, const int *chosen, const float *wt, int e, int T, int *rows, float *rw)
+{
+    int E = c->n_expert, k = c->n_expert_used, KS = k + c->n_shared, n = 0;
+    for (int t = 0; t < T; t++) {
+        if (e < E) {
+            for (int j = 0; j < k; j++)
+                if (chosen[t * k + j] == e) rows[n] = t, rw[n++] = wt[t * KS + j];
+        } else
+            rows[n] = t, rw[n++] = wt[t * KS + k + e - E];
+    }
+    return n;
+}
+
+/* gx[i] = x[rows[i]] for i < n (rows of H) */
+static void gather_rows(float *gx, const float *x, const int *rows, int n, int H)
+{
+    for (int i = 0; i < n; i++) memcpy(gx + (size_t)i * H, x + (size_t)rows[i] * H, (size_t)H * sizeof(float));
+}
+
+/* out[rows[i]] += rw[i] gy[i], i ascending */
+static void combine_rows(float *out, const float *gy, const int *rows, const float *rw, int n, int H)
+{
+    for (int i = 0; i < n; i++) {
+        float *o = out + (size_t)rows[i] * H;
+        const float *y = gy + (size_t)i * H;
+        for (int h = 0; h < H; h++) o[h] += rw[i] * y[h];
+    }
+}
+
 /* The experts of a MoE layer (the chosen ones and the shared ones, routed already into
  * s->route_ids / s->route_w) in two pool dispatches: every active expert's gate/up with its
  * activation (ink_matmul_jobs), then every down; each alone is a small matrix, one chunk on one
@@ -377,31 +413,22 @@ static int moe_grouped(const ink_layer_env *env, const ink_layer_w *w, const flo
                        ink_scratch *s, double *t_ffn)
 {
     const ink_config *c = env->cfg;
-    int H = c->hidden, E = c->n_expert, k = c->n_expert_used, S = c->n_shared, KS = k + S;
-    const int *chosen = s->route_ids;
-    const float *wt = s->route_w;
+    int H = c->hidden, E = c->n_expert, S = c->n_shared;
     int *rows = s->rows, ids[INK_MM_JOBS], first[INK_MM_JOBS + 1], n = 0, R = 0;
     float *rw = s->row_w;
-    size_t cap = (size_t)s->chunk * (size_t)imax(c->dense_inter, c->expert_inter), ny = 0;
+    size_t ny = 0;
     first[0] = 0;
     for (int e = 0; e < E + S; e++) {
         const ink_ffn_w *f = e < E ? &w->experts[e] : &w->shared[e - E];
-        int m = 0;
-        for (int t = 0; t < T; t++) {
-            if (e < E) {
-                for (int j = 0; j < k; j++)
-                    if (chosen[t * k + j] == e) rows[R + m] = t, rw[R + m++] = wt[t * KS + j];
-            } else
-                rows[R + m] = t, rw[R + m++] = wt[t * KS + k + e - E];
-        }
+        int m = expert_rows(c, s->route_ids, s->route_w, e, T, rows + R, rw + R);
         if (!m) continue;
         if (n == INK_MM_JOBS || f->gu_mode != 1) return 0;
         ny += (size_t)m * 2 * (size_t)f->gate.rows;
         ids[n++] = e, R += m, first[n] = R;
     }
-    if (R > s->chunk || ny > cap) return 0;
+    if (R > s->chunk || ny > ffn_cap(c, s)) return 0;
     float *gx = s->moe_acc, *gy = s->moe_acc + (size_t)s->chunk * H, *y = s->ffn, *o = s->ffn2;
-    for (int i = 0; i < R; i++) memcpy(gx + (size_t)i * H, x + (size_t)rows[i] * H, (size_t)H * sizeof(float));
+    gather_rows(gx, x, rows, R, H);
     ink_mm_job gu[INK_MM_JOBS], dn[INK_MM_JOBS];
     size_t bytes = 0;
     for (int j = 0; j < n; j++) {
@@ -418,11 +445,7 @@ static int moe_grouped(const ink_layer_env *env, const ink_layer_w *w, const flo
         ink_matmul_jobs(env->pool, n, dn);
     });
     if (ink_prof_on) *t_ffn += ink_now_s() - tf;
-    for (int i = 0; i < R; i++) {
-        float *od = out + (size_t)rows[i] * H;
-        const float *yi = gy + (size_t)i * H;
-        for (int h = 0; h < H; h++) od[h] += rw[i] * yi[h];
-    }
+    combine_rows(out, gy, rows, rw, R, H);
     return 1;
 }
 
@@ -450,24 +473,13 @@ static void moe(const ink_layer_env *env, const ink_layer_w *w, const float *x, 
         return;
     }
     for (int e = 0; e < E + S; e++) {
-        int n = 0;
-        for (int t = 0; t < T; t++) {
-            if (e < E) {
-                for (int j = 0; j < k; j++)
-                    if (chosen[t * k + j] == e) rows[n] = t, rw[n++] = wt[t * KS + j];
-            } else
-                rows[n] = t, rw[n++] = wt[t * KS + k + e - E];
-        }
+        int n = expert_rows(c, chosen, wt, e, T, rows, rw);
         if (!n) continue;
-        for (int i = 0; i < n; i++) memcpy(gx + (size_t)i * H, x + (size_t)rows[i] * H, (size_t)H * sizeof(float));
+        gather_rows(gx, x, rows, n, H);
         double tf = ink_prof_on ? ink_now_s() : 0;
         ink_swiglu(env, e < E ? &w->experts[e] : &w->shared[e - E], gx, n, gy, s, e < E ? INK_PROF_EXPERT : INK_PROF_SHARED);
         if (ink_prof_on) t_ffn += ink_now_s() - tf;
-        for (int i = 0; i < n; i++) {
-            float *o = out + (size_t)rows[i] * H;
-            const float *y = gy + (size_t)i * H;
-            for (int h = 0; h < H; h++) o[h] += rw[i] * y[h];
-        }
+        combine_rows(out, gy, rows, rw, n, H);
     }
     if (ink_prof_on) ink_prof_add(INK_PROF_COMBINE, ink_now_s() - t0 - t_ffn, 0); /* the rest of the MoE */
 }
