@@ -345,7 +345,7 @@ typedef struct ink_gen_stats {
     int auto_block, ctl_kmax, ctl_best;
     double ctl_cost_s[INK_MAX_BLOCK + 1], ctl_expected[INK_MAX_BLOCK + 1], ctl_rate[INK_MAX_BLOCK + 1];
     double ctl_yield[INK_MAX_BLOCK + 1];
-    double ctl_overhead_s;                   /* drafter catch-up seconds per drafting round, in cost_s */
+    double ctl_overhead_s;                   /* drafter catch-up seconds per round of the best width, in cost_s */
     int ctl_cost_n[INK_MAX_BLOCK + 1];
     double ctl_alpha[INK_MAX_DEPTH];
     int ctl_text_period;

@@ -170,11 +170,25 @@ static double base_cost(const ink_autok *c, int K)
     return est > 0 ? est : 0;
 }
 
-/* ... and what a round of width K costs all told: drafting widths carry the catch-up overhead */
+/* The catch-up overhead of drafting width K (autok.h): as measured while K was in use, else that of
+ * the nearest drafting width measured in use (the narrower one first), else 0. */
+static double over_of(const ink_autok *c, int K)
+{
+    if (K < 2) return 0;
+    for (int d = 0; d <= c->kmax; d++) {
+        if (K - d >= 2 && c->over_n[K - d]) return c->over[K - d];
+        if (d && K + d <= c->kmax && c->over_n[K + d]) return c->over[K + d];
+    }
+    return 0;
+}
+
+double ink_autok_overhead_of(const ink_autok *c, int K) { return c->speed * over_of(c, K); }
+
+/* ... and what a round of width K costs all told: drafting widths carry their catch-up overhead */
 static double width_cost(const ink_autok *c, int K)
 {
     double b = base_cost(c, K);
-    return b > 0 && K >= 2 ? b + c->over : b;
+    return b > 0 && K >= 2 ? b + over_of(c, K) : b;
 }
 
 double ink_autok_cost(const ink_autok *c, int K) { return c->speed * width_cost(c, K); }
@@ -315,8 +329,8 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
             c->cost_n[K]++;
         }
         if (M > 0) smooth(&c->draft_cost, &c->draft_n, draft_seconds / M, LAMBDA_C);
-        if (K >= 2) { /* the catch-ups since the last drafting round, per drafting round */
-            smooth(&c->over, &c->over_n, c->over_pending / c->speed, LAMBDA_C);
+        if (K >= 2) { /* the catch-ups since the last drafting round: the width in use's (autok.h) */
+            if (!explored) smooth(&c->over[K], &c->over_n[K], c->over_pending / c->speed, LAMBDA_C);
             c->over_pending = 0;
         }
     }

@@ -68,8 +68,13 @@
  * depths current, not to the width: charged to the round that crossed the lag, it made that round's
  * width look up to a step dearer, at random). It is still a cost that plain steps do not have (with
  * plain steps the depths go dormant and nothing is caught up), so the controller keeps it too: the
- * catch-up seconds since the last timed drafting round, smoothed per drafting round (`over`), are
- * added to c(K) for every K >= 2. On the bundled model at T 0.8 they were ~15 % of the decode time,
+ * catch-up seconds since the last timed drafting round, smoothed per round of the width in use
+ * (`over[K]`), are added to c(K); a width never in use takes the nearest one's (narrower first).
+ * Per width, because wider widths catch up more: on a 160 MiB twin, rounds of width 5 in use spent
+ * 1.17 ms a round in catch-ups, of width 4 0.1 ms (rounds of 11-12 ms). One overhead shared by all
+ * widths was raised by the width in use as much for its rivals as for itself, which made 5 look 5 %
+ * dearer than 4 where it was 15 % dearer. Explored rounds leave theirs out (a wider exploration
+ * catches up what narrower rounds let lag, once). On the bundled model at T 0.8 they were ~15 % of the decode time,
  * enough to make widths 2-3 look faster than plain steps when they were 10-20 % slower. Restarts of
  * depths that went dormant during plain steps count (they recur each time the choice flips), a
  * depth's first start in a run does not (the caller leaves it out: it is paid once however the run
@@ -135,9 +140,10 @@ typedef struct ink_autok {
     double draft_cost;                     /* smoothed seconds per draft (draft phase / drafts) */
     int draft_n;
     double speed;                          /* the machine's current speed factor (see below) */
-    double over, over_pending;             /* catch-up seconds per drafting round (smoothed, in units
-                                            * of the speed factor); those since the last one */
-    int over_n;
+    double over[INK_MAX_BLOCK + 1];        /* per drafting width: catch-up seconds per round of it in
+                                            * use (smoothed, in units of the speed factor) */
+    int over_n[INK_MAX_BLOCK + 1];
+    double over_pending;                   /* catch-up seconds since the last timed drafting round */
     /* text that repeats (see above): its period (0: none), the phase of the round being chosen, and
      * per phase the drafts accepted from it: exactly (>= 0; -1 unknown), or at least lo */
     int loop_L, loop_phase, loop_quiet;     /* ... and the rounds since one contradicted the table */
@@ -164,6 +170,8 @@ int ink_autok_loop(const ink_autok *c);
 /* c(K) as the controller sees it, in seconds at the current speed: measured, or the optimistic
  * estimate for an unmeasured width; 0 when nothing at all is measured yet. */
 double ink_autok_cost(const ink_autok *c, int K);
+/* The catch-up overhead charged to drafting width K, in seconds at the current speed (0 for K < 2). */
+double ink_autok_overhead_of(const ink_autok *c, int K);
 /* The width with the best E(K) / c(K) (no exploration). */
 int ink_autok_best(const ink_autok *c);
 /* The width for the next round: the best one, or on an exploration round a neighbour of it. */

@@ -709,7 +709,7 @@ static void report_controller(const gen *g, ink_gen_stats *st)
 {
     const ink_autok *c = &g->ak;
     st->ctl_kmax = c->kmax, st->ctl_best = ink_autok_best(c);
-    st->ctl_overhead_s = c->speed * c->over, st->ctl_text_period = c->loop_L;
+    st->ctl_overhead_s = ink_autok_overhead_of(c, st->ctl_best), st->ctl_text_period = c->loop_L;
     for (int K = 1; K <= c->kmax; K++) {
         double cost = ink_autok_cost(c, K);
         st->ctl_cost_s[K] = c->cost_n[K] ? cost : 0, st->ctl_cost_n[K] = c->cost_n[K];
