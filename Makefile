@@ -49,7 +49,7 @@ LIBA     := $(BUILD)/libinkling.a
 BIN      := $(BUILD)/inkling
 
 .SECONDARY:
-.PHONY: all test asan tsan debug bench clean deps check-build test-large
+.PHONY: all test asan tsan debug bench clean deps check-build test-large FORCE
 all: $(BIN) $(TOOL_BIN)
 ifeq ($(MODE),release)
 	@ln -sf $(BIN) inkling
