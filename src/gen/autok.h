@@ -69,7 +69,7 @@
  * width look up to a step dearer, at random). It is still a cost that plain steps do not have (with
  * plain steps the depths go dormant and nothing is caught up), so the controller keeps it too: the
  * catch-up seconds since the last timed drafting round, smoothed per round of the width in use
- * (`over[K]`), are added to c(K); a width never in use takes the nearest one's (narrower first).
+ * (`over[K]`), are added to c(K); a width never in use takes the nearest narrower one's, else none.
  * Per width, because wider widths catch up more: on a 160 MiB twin, rounds of width 5 in use spent
  * 1.17 ms a round in catch-ups, of width 4 0.1 ms (rounds of 11-12 ms). One overhead shared by all
  * widths was raised by the width in use as much for its rivals as for itself, which made 5 look 5 %
