@@ -97,7 +97,6 @@ typedef struct ink_gen gen;
 #define RING 256 /* > 2 * CH + K + D: rows the pipeline and a round can need */
 #define CH INK_CHUNK /* prefill and depth-advance step: one forward of the target or a depth (model.h) */
 #define LAG 48   /* auto K: depths a round does not draft with catch up once they lag this many rows */
-#define LAGGED 6 /* auto K: a depth a round drafts with catches up first (untimed) past this many rows */
 /* auto K: the first rounds of every run are not timed (their acceptance counts): after a prompt's
  * prefill they ran 1.2-3x slower than the rounds after them (bundled model: 1.1-2.4 ms, then 0.3;
  * 160 MiB twin: 6.0-6.8, then 5.2), and as the controller's first plain-step samples they made c(1)
@@ -290,9 +289,13 @@ static void draft_per_depth_many(gen *const *G, int k)
             /* auto: a depth this round drafts with may lag by up to LAG rows (it was followed in
              * batches while narrower rounds ran); those rows go through a timed catch-up that the
              * controller does not see, as follow()'s batches, so an explored wider width is timed
-             * at what it costs round after round (its first rounds cost up to a step more) */
+             * at what it costs round after round (its first rounds cost up to a step more). Not the
+             * lag a drafting round leaves: after e emitted tokens depth m is e + m rows behind, up to
+             * kmax + m (a threshold of 6 rows sent every fully accepted round of width 5 through a
+             * catch-up, an extra pass over each depth's weights: 1.2-1.7 ms of an 11-12 ms round on
+             * a 160 MiB twin, and width 5 lost to 4 by that much under auto K only) */
             int lagged = 0;
-            for (int m = 0; m < M; m++) lagged |= n - g->F[m] > LAGGED;
+            for (int m = 0; m < M; m++) lagged |= n - g->F[m] > g->ak.kmax + m;
             if (lagged) catch_up_untimed(g, n);
         }
         if (M > Mx) Mx = M;
