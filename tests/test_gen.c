@@ -131,6 +131,19 @@ static double synth_alpha(const synth *m, int K, int j)
     return m->lock_k == K && m->lock_j == j ? m->lock_alpha : m->alpha;
 }
 
+/* The drafts a round of width K accepts (M = K - 1 drafts): each in turn with probability
+ * synth_alpha (the LCG decides), until one is rejected. */
+static int synth_draw(synth *m, int K, int M)
+{
+    int a = 0;
+    while (a < M) {
+        m->rng = m->rng * 6364136223846793005ull + 1442695040888963407ull;
+        if ((double)(m->rng >> 11) / 9007199254740992.0 >= synth_alpha(m, K, a)) break;
+        a++;
+    }
+    return a;
+}
+
 /* The exact expected tokens per round and seconds per round of width K. */
 static double synth_e(const synth *m, int K)
 {
@@ -145,13 +158,9 @@ static int synth_run_over(ink_autok *c, synth *m, int rounds, double over, int *
 {
     int h[INK_MAX_BLOCK + 1] = {0};
     for (int r = 0; r < rounds; r++) {
-        int K = ink_autok_choose(c), M = K - 1, a = 0;
+        int K = ink_autok_choose(c), M = K - 1;
         assert_true(K >= 1 && K <= c->kmax);
-        while (a < M) {
-            m->rng = m->rng * 6364136223846793005ull + 1442695040888963407ull;
-            if ((double)(m->rng >> 11) / 9007199254740992.0 >= synth_alpha(m, K, a)) break;
-            a++;
-        }
+        int a = synth_draw(m, K, M);
         double draft_s = m->draft * M;
         if (K >= 2) ink_autok_overhead(c, over);
         ink_autok_observe(c, K, M, a, m->base + m->per_row * K + draft_s, draft_s);
@@ -332,12 +341,7 @@ static void test_autok_catch_up_per_width(void **state)
         int h[INK_MAX_BLOCK + 1] = {0};
         double tok = 0, sec = 0;
         for (int r = 0; r < 2000; r++) {
-            int K = ink_autok_choose(&c), M = K - 1, a = 0;
-            while (a < M) {
-                m.rng = m.rng * 6364136223846793005ull + 1442695040888963407ull;
-                if ((double)(m.rng >> 11) / 9007199254740992.0 >= m.alpha) break;
-                a++;
-            }
+            int K = ink_autok_choose(&c), M = K - 1, a = synth_draw(&m, K, M);
             double over = K > 4 ? 0.25 * (K - 4) : 0, draft_s = m.draft * M;
             if (over > 0) ink_autok_overhead(&c, over);
             ink_autok_observe(&c, K, M, a, synth_c(&m, K), draft_s);
@@ -365,12 +369,7 @@ static void test_autok_probes_plain_steps(void **state)
     ink_autok_init(&c, 8);
     int plain = 0;
     for (int r = 0; r < 2000; r++) {
-        int K = ink_autok_choose(&c), M = K - 1, a = 0;
-        while (a < M) {
-            m.rng = m.rng * 6364136223846793005ull + 1442695040888963407ull;
-            if ((double)(m.rng >> 11) / 9007199254740992.0 >= m.alpha) break;
-            a++;
-        }
+        int K = ink_autok_choose(&c), M = K - 1, a = synth_draw(&m, K, M);
         double sec = synth_c(&m, K) * (r < 2 ? 10.0 : 1.0);
         ink_autok_observe(&c, K, M, a, sec, m.draft * M);
         plain += r >= 2 && K == 1;
@@ -405,12 +404,7 @@ static double loop_run_on(uint64_t seed, int tell, int fixed, int *hist, const d
         if (tell) ink_autok_text(&c, loop ? 7 : 0, loop ? n % 7 : 0);
         int K = fixed ? fixed : ink_autok_choose(&c), M = K - 1, a = 0;
         if (loop) a = acc[n % 7] < M ? acc[n % 7] : M;
-        else
-            while (a < M) {
-                m.rng = m.rng * 6364136223846793005ull + 1442695040888963407ull;
-                if ((double)(m.rng >> 11) / 9007199254740992.0 >= m.alpha) break;
-                a++;
-            }
+        else a = synth_draw(&m, K, M);
         double draft_s = m.draft * M, t = cost ? cost[K] : m.base + m.per_row * K + draft_s;
         if (!fixed) ink_autok_observe(&c, K, M, a, t * (r < 40 && (!cost || K == 3) ? slow : 1.0), draft_s);
         n += a + 1;
