@@ -153,8 +153,9 @@ static double synth_e(const synth *m, int K)
 }
 static double synth_c(const synth *m, int K) { return m->base + m->per_row * K + m->draft * (K - 1); }
 
-/* `over`: seconds of catch-up every drafting round also costs, reported apart (ink_autok_overhead) */
-static int synth_run_over(ink_autok *c, synth *m, int rounds, double over, int *hist)
+/* `over[K]` (NULL: none): seconds of catch-up a round of width K also costs, reported apart
+ * (ink_autok_overhead) */
+static int synth_run_over(ink_autok *c, synth *m, int rounds, const double *over, int *hist)
 {
     int h[INK_MAX_BLOCK + 1] = {0};
     for (int r = 0; r < rounds; r++) {
@@ -162,7 +163,7 @@ static int synth_run_over(ink_autok *c, synth *m, int rounds, double over, int *
         assert_true(K >= 1 && K <= c->kmax);
         int a = synth_draw(m, K, M);
         double draft_s = m->draft * M;
-        if (K >= 2) ink_autok_overhead(c, over);
+        if (over) ink_autok_overhead(c, over[K]);
         ink_autok_observe(c, K, M, a, m->base + m->per_row * K + draft_s, draft_s);
         if (r >= rounds / 2) h[K]++;
     }
@@ -173,7 +174,7 @@ static int synth_run_over(ink_autok *c, synth *m, int rounds, double over, int *
     return best;
 }
 
-static int synth_run(ink_autok *c, synth *m, int rounds, int *hist) { return synth_run_over(c, m, rounds, 0, hist); }
+static int synth_run(ink_autok *c, synth *m, int rounds, int *hist) { return synth_run_over(c, m, rounds, NULL, hist); }
 
 /* The rate the controller achieved over widths 1..kmax run hist[K] times (exact expectations). */
 static double synth_rate(const synth *m, const int *hist, int kmax)
@@ -313,7 +314,9 @@ static void test_autok_charges_catch_up(void **state)
         ink_autok c;
         ink_autok_init(&c, 6);
         int hist[INK_MAX_BLOCK + 1];
-        int got = synth_run_over(&c, &m, 2000, with ? 1.2 : 0, hist);
+        double over[INK_MAX_BLOCK + 1] = {0};
+        for (int K = 2; K <= INK_MAX_BLOCK; K++) over[K] = with ? 1.2 : 0;
+        int got = synth_run_over(&c, &m, 2000, over, hist);
         printf("  catch-up %.1f s per drafting round: the controller ran width %d (%d of the last 1000 rounds)\n",
                with ? 1.2 : 0.0, got, hist[got]);
         if (with) {
@@ -338,15 +341,11 @@ static void test_autok_catch_up_per_width(void **state)
         synth m = {1.0, 0.02, 0.03, 0.8, seed, 0, 0, 0};
         ink_autok c;
         ink_autok_init(&c, 8);
-        int h[INK_MAX_BLOCK + 1] = {0};
-        double tok = 0, sec = 0;
-        for (int r = 0; r < 2000; r++) {
-            int K = ink_autok_choose(&c), M = K - 1, a = synth_draw(&m, K, M);
-            double over = K > 4 ? 0.25 * (K - 4) : 0, draft_s = m.draft * M;
-            if (over > 0) ink_autok_overhead(&c, over);
-            ink_autok_observe(&c, K, M, a, synth_c(&m, K), draft_s);
-            if (r >= 1000) h[K]++, tok += synth_e(&m, K), sec += synth_c(&m, K) + over;
-        }
+        int h[INK_MAX_BLOCK + 1];
+        double over[INK_MAX_BLOCK + 1], tok = 0, sec = 0;
+        for (int K = 1; K <= INK_MAX_BLOCK; K++) over[K] = K > 4 ? 0.25 * (K - 4) : 0;
+        synth_run_over(&c, &m, 2000, over, h);
+        for (int K = 1; K <= 8; K++) tok += h[K] * synth_e(&m, K), sec += h[K] * (synth_c(&m, K) + over[K]);
         double best = synth_e(&m, 4) / synth_c(&m, 4);
         printf("  seed %d: width 4 in %d of the last 1000 rounds, %.1f%% of the best rate\n", (int)seed, h[4],
                100 * tok / sec / best);

@@ -70,16 +70,18 @@
  * plain steps the depths go dormant and nothing is caught up), so the controller keeps it too: the
  * catch-up seconds since the last timed drafting round, smoothed per round of the width in use
  * (`over[K]`), are added to c(K); a width never in use takes the nearest narrower one's, else none.
- * Per width, because wider widths catch up more: on a 160 MiB twin, rounds of width 5 in use spent
- * 1.17 ms a round in catch-ups, of width 4 0.1 ms (rounds of 11-12 ms). One overhead shared by all
- * widths was raised by the width in use as much for its rivals as for itself, which made 5 look 5 %
- * dearer than 4 where it was 15 % dearer. Explored rounds leave theirs out (a wider exploration
- * catches up what narrower rounds let lag, once). On the bundled model at T 0.8 they were ~15 % of the decode time,
- * enough to make widths 2-3 look faster than plain steps when they were 10-20 % slower. Restarts of
- * depths that went dormant during plain steps count (they recur each time the choice flips), a
- * depth's first start in a run does not (the caller leaves it out: it is paid once however the run
- * goes on; charged, a 160 MiB twin's three first starts, ~3 ms each, made `over` most of a plain
- * step and sent runs to plain steps for 500 tokens at 0.6x of drafting).
+ * Per width, because the catch-ups depend on the width: on a 160 MiB twin, rounds of width 5 in use
+ * spent 1.17 ms a round in them, of width 4 0.1 ms (rounds of 11-12 ms; most of width 5's came from
+ * a catch-up threshold below the lag a round of width 5 leaves, since fixed in gen.c: 0.06-0.10 ms
+ * now). One overhead shared by all widths was raised by the width in use as much for its rivals as
+ * for itself, which made 5 look 5 % dearer than 4 where it was 15 % dearer. Explored rounds leave
+ * theirs out (a wider exploration catches up, once, what narrower rounds let lag). On the bundled
+ * model at T 0.8 the catch-ups were ~15 % of the decode time, enough to make widths 2-3 look faster
+ * than plain steps when they were 10-20 % slower. Restarts of depths that went dormant during plain
+ * steps count (they recur each time the choice flips), a depth's first start in a run does not (the
+ * caller leaves it out: it is paid once however the run goes on; charged, a 160 MiB twin's three
+ * first starts, ~3 ms each, made `over` most of a plain step and sent runs to plain steps for 500
+ * tokens at 0.6x of drafting).
  *
  * Text that repeats exactly (a greedy loop). There a round's outcome is set by where in the loop it
  * starts: on a 160 MiB twin's 7-token loop, rounds from one phase accepted all 4 drafts, from two
