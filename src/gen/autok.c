@@ -15,7 +15,8 @@
 #define LAMBDA_C 0.10     /* smoothing of the costs (~10 rounds) */
 #define PRIOR_A 0.5       /* acceptance assumed for a position never observed (and nothing before it) */
 #define PRIOR_N 2.0       /* the weight of a position's prior (PRIOR_A, or the shallower position's estimate) */
-#define CLIP 8.0          /* a round slower than CLIP x its estimate (a preemption) counts as CLIP x */
+#define OUTLIER 1.5       /* a round slower than OUTLIER x its estimate (a stall, a preemption) counts as
+                           * OUTLIER x (autok.h: Stalls) */
 #define LAMBDA_S 0.15     /* how fast the speed factor follows an established width's rounds */
 #define LAMBDA_T 0.01     /* per round: how fast an estimate not observed loses its weight (staleness) */
 #define LAMBDA_Y 0.03     /* smoothing of a width's yield (~33 rounds) */
@@ -306,10 +307,13 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
     int timed = seconds >= 0, explored = c->explore_k == K, dir = c->explore_dir, cheaper = 0;
     if (timed) {
         int n = c->cost_n[K];
-        if (n >= 3 && !explored) { /* the width in use: the speed factor first, then c(K) from what is left */
-            if (seconds > CLIP * c->speed * c->cost[K]) seconds = CLIP * c->speed * c->cost[K];
+        /* a stall counts as at most OUTLIER x what the width was expected to take: its own estimate,
+         * or before its first sample the estimate from its measured neighbours */
+        double ref = c->speed * (n ? c->cost[K] : c->draft_n ? base_cost(c, K) : 0);
+        if (ref > 0 && seconds > OUTLIER * ref) seconds = OUTLIER * ref;
+        if (draft_seconds > seconds) draft_seconds = seconds;
+        if (n >= 3 && !explored) /* the width in use: the speed factor first, then c(K) from what is left */
             c->speed += LAMBDA_S * (seconds / c->cost[K] - c->speed);
-        }
         seconds /= c->speed, draft_seconds /= c->speed; /* in units of the speed factor from here on */
         if (n < 3) { /* the median of the first samples */
             double *f = c->first[K], lo, hi, m;
@@ -327,7 +331,11 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
             observe_stale(c, &c->cost[K], &c->cost_w[K], &c->cost_at[K], seconds, explored ? 0.5 : LAMBDA_C, LAMBDA_TC);
             c->cost_n[K]++;
         }
-        if (M > 0) smooth(&c->draft_cost, &c->draft_n, draft_seconds / M, LAMBDA_C);
+        if (M > 0) {
+            double x = draft_seconds / M;
+            if (c->draft_n >= 3 && x > OUTLIER * c->draft_cost) x = OUTLIER * c->draft_cost;
+            smooth(&c->draft_cost, &c->draft_n, x, LAMBDA_C);
+        }
         if (K >= 2) { /* the catch-ups since the last drafting round: the width in use's (autok.h) */
             if (!explored) smooth(&c->over[K], &c->over_n[K], c->over_pending / c->speed, LAMBDA_C);
             c->over_pending = 0;

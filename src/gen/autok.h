@@ -35,6 +35,16 @@
  * every width look like a plain step, and the first two rounds of a fresh controller are plain
  * steps (c(1) is the yardstick).
  *
+ * Stalls. A timed round slower than 1.5x what its width was expected to take (its estimate, or
+ * before its first sample the estimate from the measured neighbours once a draft's cost is known)
+ * counts as 1.5x. On a 2-vCPU AMD EPYC VM the process stalls ~70 ms every ~0.5 s (when the kernel's
+ * memory monitor, kdamond, runs), so one round in ~12 of the 1 GiB twin took 2.5-4x its usual
+ * time, whatever its width. Counted in full (the clip was 8x), a stall on a width's first samples
+ * made it look twice as dear, and runs stayed at widths 2-4 or in plain steps: seven runs of 512
+ * tokens reached 0.46-1.01 of width 5's speed, median 0.81 (one went plain for 443 rounds). A stall
+ * lands on the width in use's rounds as often as on any other; clipped, it moves the speed factor
+ * by at most 7.5 %, and a real slowdown is still followed within a few rounds (each moves it 7.5 %).
+ *
  * Drift. A round's time is modelled as speed x c(K): `speed` follows the machine (a core that got
  * busier or quieter, a clock that ramped), c(K) the width. Every timed round of an established
  * width moves `speed` quickly (LAMBDA_S) towards seconds / c(K), and c(K) slowly towards seconds /
