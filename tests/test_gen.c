@@ -524,6 +524,38 @@ static void test_autok_ignores_stalls(void **state)
     }
 }
 
+/* A width that cannot win, whose estimate a stall left high, is not re-explored every EXPLORE rounds:
+ * free text at acceptance 0.9 on the twin's costs (width 5: 4.1 tokens a round at 1.5, width 4:
+ * 3.44 at 1.36, which would win only below 1.26), run until settled on 5; then width 4's estimate is
+ * set 1.5x high (a stalled exploration, clipped), and each exploration of 4 times it at its true
+ * cost, below 0.9 x the estimate. Re-explored whenever it timed cheaper, 4 ran 8 rounds apart until
+ * its estimate came down (half-way each time); now it waits out its doubled gap (16 rounds and up). */
+static void test_autok_no_confirm_for_a_loser(void **state)
+{
+    (void)state;
+    static const double cost[6] = {0, 1.0, 1.12, 1.27, 1.36, 1.5};
+    synth m = {1.0, 0.0, 0.02, 0.9, 5, 0, 0, 0};
+    ink_autok c;
+    ink_autok_init(&c, 5);
+    int at4 = 0, last4 = -1, min_gap = 1 << 30;
+    for (int r = 0; r < 700; r++) {
+        if (r == 400) {
+            assert_int_equal(ink_autok_best(&c), 5);
+            assert_true(c.cost_n[4] >= 3);
+            c.cost[4] *= 1.5;
+        }
+        int K = ink_autok_choose(&c), M = K - 1, a = synth_draw(&m, K, M);
+        ink_autok_observe(&c, K, M, a, r < 3 ? -1 : cost[K], 0.02 * M);
+        if (r >= 400 && K == 4) {
+            if (last4 >= 0 && r - last4 < min_gap) min_gap = r - last4;
+            at4++, last4 = r;
+        }
+    }
+    printf("  after width 4's estimate went 1.5x high: %d rounds at 4 in 300, closest %d apart\n", at4, min_gap);
+    assert_true(at4 >= 2 && at4 <= 12); /* still explored, now and then */
+    assert_true(min_gap > 8);
+}
+
 static void test_autok_estimates(void **state)
 {
     (void)state;
@@ -724,6 +756,7 @@ int main(void)
         cmocka_unit_test(test_autok_follows_a_loop),
         cmocka_unit_test(test_autok_loop_runner_up),
         cmocka_unit_test(test_autok_ignores_stalls),
+        cmocka_unit_test(test_autok_no_confirm_for_a_loser),
         cmocka_unit_test(test_autok_estimates),
         cmocka_unit_test(test_nan_logits_stop_with_position),
         cmocka_unit_test(test_generator_steps_equal_generate),

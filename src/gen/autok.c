@@ -305,8 +305,11 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
 {
     if (K < 1 || K > c->kmax) return;
     int timed = seconds >= 0, explored = c->explore_k == K, dir = c->explore_dir, cheaper = 0;
+    double sample = 0; /* the round's seconds in units of the speed factor */
+    int early = 0;     /* the width had fewer than 3 timed rounds before this one */
     if (timed) {
         int n = c->cost_n[K];
+        early = n < 3;
         /* a stall counts as at most OUTLIER x what the width was expected to take: its own estimate,
          * or before its first sample the estimate from its measured neighbours */
         double ref = c->speed * (n ? c->cost[K] : c->draft_n ? base_cost(c, K) : 0);
@@ -315,6 +318,7 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
         if (n >= 3 && !explored) /* the width in use: the speed factor first, then c(K) from what is left */
             c->speed += LAMBDA_S * (seconds / c->cost[K] - c->speed);
         seconds /= c->speed, draft_seconds /= c->speed; /* in units of the speed factor from here on */
+        sample = seconds;
         if (n < 3) { /* the median of the first samples */
             double *f = c->first[K], lo, hi, m;
             cheaper = explored && n > 0 && seconds < CHEAPER * c->cost[K];
@@ -328,7 +332,10 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
             c->cost[K] = m, c->cost_w[K] = n, c->cost_at[K] = c->round;
         } else {
             cheaper = explored && seconds < CHEAPER * c->cost[K];
-            observe_stale(c, &c->cost[K], &c->cost_w[K], &c->cost_at[K], seconds, explored ? 0.5 : LAMBDA_C, LAMBDA_TC);
+            /* an exploration moves its width's estimate at least half-way down (a stale estimate from
+             * a slow phase), a quarter up (a stall clipped to 1.5x would else leave it 25 % high) */
+            double lam = !explored ? LAMBDA_C : seconds < c->cost[K] ? 0.5 : 0.25;
+            observe_stale(c, &c->cost[K], &c->cost_w[K], &c->cost_at[K], seconds, lam, LAMBDA_TC);
             c->cost_n[K]++;
         }
         if (M > 0) {
@@ -368,8 +375,14 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
         else { /* a neighbour that now looks best resets its direction's wait, one that lost doubles it */
             int best = ink_autok_best(c);
             /* a width explored up or down that timed well below its estimate (which moved only
-             * half-way) is tried again soon (plain probes keep their doubling waits) */
-            int again = dir < 2 && cheaper && best != K;
+             * half-way) is tried again soon (plain probes keep their doubling waits), once its first
+             * samples are in only if it would be best at the cost just measured: otherwise a width that cannot win (in a greedy loop width 4's cycle yields 2.33
+             * tokens a round against width 5's 3.5) was re-explored every EXPLORE rounds while its
+             * estimate came down half-way at a time. Its first samples may hold a stall or the run's
+             * slow start, and the acceptance they are compared with is as young: those re-explore. */
+            double cb = width_cost(c, best), ck = sample + (K >= 2 ? over_of(c, K) : 0);
+            int again = dir < 2 && cheaper && best != K &&
+                        (early || (cb > 0 && ink_autok_tokens(c, K) / ck > ink_autok_tokens(c, best) / cb));
             if (best == K) c->gap[dir] = EXPLORE;
             else if (!again && c->gap[dir] < explore_cap(c, best, dir, K)) c->gap[dir] *= 2;
             if (dir < 2) c->confirm[dir] = again ? K : 0;
