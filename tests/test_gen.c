@@ -510,7 +510,8 @@ static void test_autok_ignores_stalls(void **state)
             double quiet = stall_run(seed, 0, lens[l], 0, 0, NULL);
             double got = stall_run(seed, 0, lens[l], 14.0, 2.2, hist);
             printf("  %d rounds, seed %d: quiet %.1f%%, stalls %.1f%% of width 5 (rounds at 1..5: %d %d %d %d %d)\n",
-                   lens[l], (int)seed, 100 * quiet / best, 100 * got / best, hist[1], hist[2], hist[3], hist[4], hist[5]);
+                   lens[l], (int)seed, 100 * quiet / best, 100 * got / best, hist[1], hist[2], hist[3], hist[4],
+                   hist[5]);
             if (got < worst) worst = got;
             if (quiet < worst_quiet) worst_quiet = quiet;
             sum += got;

@@ -375,11 +375,12 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
         else { /* a neighbour that now looks best resets its direction's wait, one that lost doubles it */
             int best = ink_autok_best(c);
             /* a width explored up or down that timed well below its estimate (which moved only
-             * half-way) is tried again soon (plain probes keep their doubling waits), once its first
-             * samples are in only if it would be best at the cost just measured: otherwise a width that cannot win (in a greedy loop width 4's cycle yields 2.33
-             * tokens a round against width 5's 3.5) was re-explored every EXPLORE rounds while its
-             * estimate came down half-way at a time. Its first samples may hold a stall or the run's
-             * slow start, and the acceptance they are compared with is as young: those re-explore. */
+             * half-way) is tried again soon (plain probes keep their doubling waits); once its first
+             * samples are in, only if it would be best at the cost just measured: otherwise a width
+             * that cannot win (in a greedy loop width 4's cycle yields 2.33 tokens a round against
+             * width 5's 3.5) was re-explored every EXPLORE rounds while its estimate came down
+             * half-way at a time. Its first samples may hold a stall or the run's slow start, and the
+             * acceptance they are compared with is as young: those re-explore. */
             double cb = width_cost(c, best), ck = sample + (K >= 2 ? over_of(c, K) : 0);
             int again = dir < 2 && cheaper && best != K &&
                         (early || (cb > 0 && ink_autok_tokens(c, K) / ck > ink_autok_tokens(c, best) / cb));
