@@ -133,14 +133,16 @@ static double synth_alpha(const synth *m, int K, int j)
 
 /* The drafts a round of width K accepts (M = K - 1 drafts): each in turn with probability
  * synth_alpha (the LCG decides), until one is rejected. */
+static double synth_u(synth *m) /* the LCG's next uniform in [0, 1) */
+{
+    m->rng = m->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(m->rng >> 11) / 9007199254740992.0;
+}
+
 static int synth_draw(synth *m, int K, int M)
 {
     int a = 0;
-    while (a < M) {
-        m->rng = m->rng * 6364136223846793005ull + 1442695040888963407ull;
-        if ((double)(m->rng >> 11) / 9007199254740992.0 >= synth_alpha(m, K, a)) break;
-        a++;
-    }
+    while (a < M && synth_u(m) < synth_alpha(m, K, a)) a++;
     return a;
 }
 
@@ -388,10 +390,11 @@ static void test_autok_probes_plain_steps(void **state)
  * runs got stuck in. After 40 rounds of free text (acceptance 0.6, no period), the loop: the
  * controller, told the period and phase, must reach 95 % of the best fixed width's rate over the loop;
  * the same controller not told, runs no better than 93 % on some seed (the test can fail). */
+static const int loop_acc[7] = {4, 2, 0, 1, 0, 1, 3}; /* drafts accepted from phases 0..6 */
+
 static double loop_run_on(uint64_t seed, int tell, int fixed, int *hist, const double *cost, double slow,
                           double alpha)
 {
-    static const int acc[7] = {4, 2, 0, 1, 0, 1, 3};
     synth m = {0.75, 0.25, 0.04, alpha, seed, 0, 0, 0};
     ink_autok c;
     ink_autok_init(&c, 5);
@@ -402,7 +405,7 @@ static double loop_run_on(uint64_t seed, int tell, int fixed, int *hist, const d
         int loop = r >= 40;
         if (tell) ink_autok_text(&c, loop ? 7 : 0, loop ? n % 7 : 0);
         int K = fixed ? fixed : ink_autok_choose(&c), M = K - 1, a = 0;
-        if (loop) a = acc[n % 7] < M ? acc[n % 7] : M;
+        if (loop) a = loop_acc[n % 7] < M ? loop_acc[n % 7] : M;
         else a = synth_draw(&m, K, M);
         double draft_s = m.draft * M, t = cost ? cost[K] : m.base + m.per_row * K + draft_s;
         if (!fixed) ink_autok_observe(&c, K, M, a, t * (r < 40 && (!cost || K == 3) ? slow : 1.0), draft_s);
@@ -470,10 +473,10 @@ static void test_autok_loop_runner_up(void **state)
  * the first 12 rounds and then the twin's 7-token loop (width 5: 3.5 tokens a round, 3 and 4: 2.33),
  * and every `period` units of time the round in progress takes `stall` more. The rate counts the
  * rounds' stall-free costs (what the choices were worth); `rounds` from the start, climb included. */
+static const double twin_cost[6] = {0, 1.0, 1.12, 1.27, 1.36, 1.5}; /* widths 1..5, in plain steps */
+
 static double stall_run(uint64_t seed, int fixed, int rounds, double period, double stall, int *hist)
 {
-    static const int acc[7] = {4, 2, 0, 1, 0, 1, 3};
-    static const double cost[6] = {0, 1.0, 1.12, 1.27, 1.36, 1.5};
     synth m = {0.75, 0.25, 0.04, 0.75, seed, 0, 0, 0};
     ink_autok c;
     ink_autok_init(&c, 5);
@@ -484,10 +487,9 @@ static double stall_run(uint64_t seed, int fixed, int rounds, double period, dou
         int loop = r >= 12;
         ink_autok_text(&c, loop ? 7 : 0, loop ? n % 7 : 0);
         int K = fixed ? fixed : ink_autok_choose(&c), M = K - 1, a;
-        if (loop) a = acc[n % 7] < M ? acc[n % 7] : M;
+        if (loop) a = loop_acc[n % 7] < M ? loop_acc[n % 7] : M;
         else a = synth_draw(&m, K, M);
-        m.rng = m.rng * 6364136223846793005ull + 1442695040888963407ull;
-        double t = cost[K], seen = t * (0.96 + 0.08 * (double)(m.rng >> 11) / 9007199254740992.0) + tail;
+        double t = twin_cost[K], seen = t * (0.96 + 0.08 * synth_u(&m)) + tail;
         clock += seen, tail = 0;
         if (period > 0 && clock >= next) /* most of a stall on this round, the rest on the next */
             seen += 0.75 * stall, clock += stall, next += period, tail = 0.25 * stall;
@@ -534,7 +536,6 @@ static void test_autok_ignores_stalls(void **state)
 static void test_autok_no_confirm_for_a_loser(void **state)
 {
     (void)state;
-    static const double cost[6] = {0, 1.0, 1.12, 1.27, 1.36, 1.5};
     synth m = {1.0, 0.0, 0.02, 0.9, 5, 0, 0, 0};
     ink_autok c;
     ink_autok_init(&c, 5);
@@ -546,7 +547,7 @@ static void test_autok_no_confirm_for_a_loser(void **state)
             c.cost[4] *= 1.5;
         }
         int K = ink_autok_choose(&c), M = K - 1, a = synth_draw(&m, K, M);
-        ink_autok_observe(&c, K, M, a, r < 3 ? -1 : cost[K], 0.02 * M);
+        ink_autok_observe(&c, K, M, a, r < 3 ? -1 : twin_cost[K], 0.02 * M);
         if (r >= 400 && K == 4) {
             if (last4 >= 0 && r - last4 < min_gap) min_gap = r - last4;
             at4++, last4 = r;

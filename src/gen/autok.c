@@ -305,8 +305,7 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
 {
     if (K < 1 || K > c->kmax) return;
     int timed = seconds >= 0, explored = c->explore_k == K, dir = c->explore_dir, cheaper = 0;
-    double sample = 0; /* the round's seconds in units of the speed factor */
-    int early = 0;     /* the width had fewer than 3 timed rounds before this one */
+    int early = 0; /* the width had fewer than 3 timed rounds before this one */
     if (timed) {
         int n = c->cost_n[K];
         early = n < 3;
@@ -318,7 +317,6 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
         if (n >= 3 && !explored) /* the width in use: the speed factor first, then c(K) from what is left */
             c->speed += LAMBDA_S * (seconds / c->cost[K] - c->speed);
         seconds /= c->speed, draft_seconds /= c->speed; /* in units of the speed factor from here on */
-        sample = seconds;
         if (n < 3) { /* the median of the first samples */
             double *f = c->first[K], lo, hi, m;
             cheaper = explored && n > 0 && seconds < CHEAPER * c->cost[K];
@@ -381,7 +379,7 @@ void ink_autok_observe(ink_autok *c, int K, int M, int a, double seconds, double
              * width 5's 3.5) was re-explored every EXPLORE rounds while its estimate came down
              * half-way at a time. Its first samples may hold a stall or the run's slow start, and the
              * acceptance they are compared with is as young: those re-explore. */
-            double cb = width_cost(c, best), ck = sample + (K >= 2 ? over_of(c, K) : 0);
+            double cb = width_cost(c, best), ck = seconds + over_of(c, K); /* over_of: 0 below width 2 */
             int again = dir < 2 && cheaper && best != K &&
                         (early || (cb > 0 && ink_autok_tokens(c, K) / ck > ink_autok_tokens(c, best) / cb));
             if (best == K) c->gap[dir] = EXPLORE;
