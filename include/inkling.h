@@ -78,6 +78,10 @@ typedef struct ink_model_opts {
     /* NULL (or n_ranks 1): one process. Otherwise the model takes part in an expert-parallel job
      * (see "expert parallelism" below); the struct is copied, its ctx borrowed. */
     const ink_ep_transport *expert_parallel;
+    /* 0: weights are mmapped (the default). 1 (`--no-mmap`): each file is read into anonymous memory
+     * of the model's own at open: RAM for the whole checkpoint and a read at start-up, but steady
+     * decoding on hosts that stall mapped page cache (docs/benchmarks.md); the drafter follows. */
+    int no_mmap;
 } ink_model_opts;
 
 /* Parses "auto", "f32", "int8" or "bf16" into an enum ink_activations; -1 for anything else. */
@@ -86,7 +90,7 @@ int ink_activations_parse(const char *s);
 const char *ink_activations_name(int a);
 
 /* Opens the checkpoint in directory `dir` (config.json + safetensors, sharded or not). Weights are
- * mmapped, never copied (small vectors such as norms are widened to f32). On success the caller
+ * mmapped, never copied (small vectors such as norms are widened to f32), unless opts->no_mmap. On success the caller
  * owns *out and frees it with ink_model_free. */
 int ink_model_open(ink_model **out, const char *dir, const ink_model_opts *opts, ink_err *err);
 /* The same with config.json and the safetensors headers only: every shape check of a full open, but

@@ -311,11 +311,12 @@ static double roofline(const ink_model *m, double bw, double peak, int Kmax, dou
     return sb + nmoe * k * eb;
 }
 
-static json_t *bench_model(const char *dir, int threads, int act, double bw, double peak, int quick, int json)
+static json_t *bench_model(const char *dir, int threads, int act, int no_mmap, double bw, double peak, int quick,
+                           int json)
 {
     ink_model *m = NULL;
     ink_err e = {0};
-    ink_model_opts o = {.n_threads = threads, .activations = act};
+    ink_model_opts o = {.n_threads = threads, .activations = act, .no_mmap = no_mmap};
     long rss0 = rss_kb();
     if (ink_model_open(&m, dir, &o, &e)) {
         fprintf(stderr, "bench: %s: %s\n", dir, e.msg);
@@ -431,12 +432,13 @@ static void cpu_name(char *out, size_t n)
 
 #define BENCH_USAGE                                                                                           \
     "usage: inkling bench [-t/--threads N] [--json] [--quick] [--sets all|best|NAME,...]\n"                      \
-    "                     [--activations auto|f32|int8|bf16] [-m DIR]...\n"
+    "                     [--activations auto|f32|int8|bf16] [--no-mmap] [-m DIR]...\n"
 
 /* One bench run: the command line, the two pools (1 thread and N) and what the probes found. */
 typedef struct bench {
     int threads, json, quick, nmod, reps, ntc, tcounts[2];
-    int act; /* the models' activations (enum ink_activations) */
+    int act;     /* the models' activations (enum ink_activations) */
+    int no_mmap; /* --no-mmap: the models' weights read into memory */
     const char *models[8], *setarg;
     ink_pool *pools[2];
     double bw[2], peak[2];  /* read GB/s and FMA GFLOPS at 1 and N threads */
@@ -452,6 +454,7 @@ static int parse(int argc, char **argv, bench *b)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) b->json = 1;
         else if (!strcmp(argv[i], "--quick")) b->quick = 1;
+        else if (!strcmp(argv[i], "--no-mmap")) b->no_mmap = 1;
         else if (!strcmp(argv[i], "--threads") || !strcmp(argv[i], "-t")) {
             long t;
             const char *v = arg_value(argc, argv, &i);
@@ -653,7 +656,7 @@ static int run_bench(bench *b, json_t *J)
     for (int si = 0; si < b->nsets; si++)
         for (int i = 0; i < b->nmod; i++) {
             ink_kernels_select(b->sets[si]);
-            json_t *mj = bench_model(b->models[i], b->threads, b->act, b->bw[b->ntc - 1], b->peak[b->ntc - 1], b->quick,
+            json_t *mj = bench_model(b->models[i], b->threads, b->act, b->no_mmap, b->bw[b->ntc - 1], b->peak[b->ntc - 1], b->quick,
                                      b->json);
             if (mj) json_object_set_new(mj, "set", json_string(b->sets[si]->name)), json_array_append_new(MJ, mj);
         }

@@ -37,7 +37,7 @@ typedef struct gargs {
     cli_sampling smp;
     cli_engine en; /* draft kind, block size (0: auto), draft vocabulary: flags, then inkling.json */
     int raw, special, show_reasoning, stop_eos, capture; /* capture: 1 capture-and-commit, 0 restore + replay */
-    int set_mtp_mode, set_rollback, check_tensors, profile;
+    int set_mtp_mode, set_rollback, check_tensors, profile, no_mmap;
     int activations; /* enum ink_activations (0: auto) */
 } gargs;
 
@@ -60,7 +60,7 @@ static void usage(FILE *f, const char *cmd)
                    "            --frequency-penalty F  --presence-penalty P  --seed S  --stop-eos | --ignore-eos\n"
                    "  drafting: --draft-kind auto|none|mtp  --draft-model DIR  --draft-block-size auto|K  --draft-max K\n"
                    "            --mtp-mode per-depth|compat  --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
-                   "  model:    -t/--threads N  -c N  --check-tensors   (without -m: the bundled default model)\n");
+                   "  model:    -t/--threads N  -c N  --check-tensors  --no-mmap   (without -m: the bundled default model)\n");
         return;
     }
     fprintf(f,
@@ -70,7 +70,8 @@ static void usage(FILE *f, const char *cmd)
             "            --frequency-penalty F  --presence-penalty P  --seed S  --stop-eos | --ignore-eos\n"
             "  drafting: --draft-kind auto|none|mtp  --draft-model DIR  --draft-block-size auto|K  --draft-max K\n"
             "            --mtp-mode per-depth|compat  --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
-            "  model:    -t/--threads N  -c N  --check-tensors  --activations auto|f32|int8|bf16   (without -m: the bundled default model)\n"
+            "  model:    -t/--threads N  -c N  --check-tensors  --activations auto|f32|int8|bf16  --no-mmap\n"
+            "            (without -m: the bundled default model; --no-mmap reads the weights into memory instead of mapping)\n"
             "  profile:  --profile (per-op time of decode on stderr, and in --stats-json)\n",
             cmd);
 }
@@ -145,6 +146,7 @@ static int parse(int argc, char **argv, gargs *a, const char *cmd)
         else if (!strcmp(o, "--stats-json")) { VAL(); a->stats_path = v; }
         else if (!strcmp(o, "--trace")) { VAL(); a->trace_path = v; }
         else if (!strcmp(o, "--check-tensors")) a->check_tensors = 1;
+        else if (!strcmp(o, "--no-mmap")) a->no_mmap = 1;
         else if (!strcmp(o, "--profile")) a->profile = 1;
         else if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             usage(stdout, cmd);
@@ -417,7 +419,7 @@ static int run_open(run *r, int need_tok, int n_ctx_hint)
     if (a->trace_path && arg_out_file("--trace", a->trace_path)) return 1;
     if (isatty(2)) fprintf(stderr, "loading %s ...\r", r->dir);
     ink_model_opts mo = {.n_threads = (int)a->threads, .activations = a->activations,
-                         .expert_parallel = cli_dist_transport()};
+                         .expert_parallel = cli_dist_transport(), .no_mmap = a->no_mmap};
     if (ink_model_open(&r->m, r->dir, &mo, &r->e)) return cli_fail(&r->e);
     if (a->check_tensors && ink_model_check_tensors(r->m, &r->e)) return cli_fail(&r->e);
     if (cfg_generation_eos(r->dir, ink_model_n_vocab(r->m))) return 1;

@@ -12,10 +12,10 @@
 typedef struct common {
     const char *model;
     long threads, n_ctx;
-    int check_tensors;
+    int check_tensors, no_mmap;
 } common;
 
-/* Handles -m, --threads, -c. Returns 1 if argv[*i] was consumed, 0 if not, -1 on error. */
+/* Handles -m, --threads, -c, --check-tensors, --no-mmap. Returns 1 if argv[*i] was consumed, 0 if not, -1 on error. */
 static int common_arg(common *c, int argc, char **argv, int *i)
 {
     const char *a = argv[*i], *v;
@@ -30,6 +30,10 @@ static int common_arg(common *c, int argc, char **argv, int *i)
     }
     if (!strcmp(a, "--check-tensors")) {
         c->check_tensors = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--no-mmap")) {
+        c->no_mmap = 1;
         return 1;
     }
     if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
@@ -54,7 +58,8 @@ static int open_model_opts(const common *c, ink_model **m, int header_only, ink_
         return 2;
     }
     if (arg_model_dir("-m", c->model)) return 1;
-    ink_model_opts o = {.n_threads = (int)c->threads, .expert_parallel = header_only ? NULL : cli_dist_transport()};
+    ink_model_opts o = {.n_threads = (int)c->threads, .expert_parallel = header_only ? NULL : cli_dist_transport(),
+                        .no_mmap = c->no_mmap};
     if (c->check_tensors) header_only = 0; /* the scan reads the data */
     if ((header_only ? ink_model_open_headers : ink_model_open)(m, c->model, &o, e)) return cli_fail(e);
     if (c->check_tensors && ink_model_check_tensors(*m, e)) {
@@ -77,7 +82,7 @@ int cmd_info(int argc, char **argv)
         if (r < 0) return 2;
         if (r) continue;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: inkling info -m DIR [-c N] [-t/--threads N] [--check-tensors]\n");
+            printf("usage: inkling info -m DIR [-c N] [-t/--threads N] [--check-tensors] [--no-mmap]\n");
             return 0;
         }
         fprintf(stderr, "inkling info: unknown option %s\n", argv[i]);
@@ -175,7 +180,7 @@ int cmd_logits(int argc, char **argv)
                             "yet; pass --prompt-ids\n");
             return 2;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: inkling logits -m DIR --prompt-ids 1,2,3 -o OUT.npy [-t/--threads N] [-c N] [--check-tensors]\n");
+            printf("usage: inkling logits -m DIR --prompt-ids 1,2,3 -o OUT.npy [-t/--threads N] [-c N] [--check-tensors] [--no-mmap]\n");
             return 0;
         } else {
             fprintf(stderr, "inkling logits: unknown option %s\n", argv[i]);

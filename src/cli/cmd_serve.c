@@ -41,7 +41,7 @@ static void usage(FILE *f)
             "         [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--frequency-penalty F]\n"
             "         [--presence-penalty P] [--repeat-last-n N] [--reasoning-effort E] [--queue-size N]\n"
             "         [--body-limit BYTES] [--sse-ping-interval S] [--max-connections N] [--timeout S] [--quiet]\n"
-            "         [--check-tensors]   (--host takes an address or a name such as localhost)\n"
+            "         [--check-tensors] [--no-mmap]   (--host takes an address or a name such as localhost)\n"
             "Without -m the bundled default model is served. See docs/server.md.\n");
 }
 
@@ -84,7 +84,7 @@ static int resolve_host(const char *host, char *out, size_t n)
 /* The command line of `serve`. */
 typedef struct sargs {
     const char *model, *host, *api_key, *alias, *draft_model, *effort, *mtp_mode, *hold;
-    int act, quiet, spec_default, check;
+    int act, quiet, spec_default, check, no_mmap;
     long block_max, ckpts, parallel, port, threads, n_ctx, replay, queue, max_conn, timeout, n_predict, body_limit;
     double ping;
     cli_sampling smp;
@@ -186,6 +186,7 @@ static int parse(int argc, char **argv, sargs *s)
         else if (!strcmp(a, "--timeout")) INT(1, 86400, s->timeout);
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) s->quiet = 1;
         else if (!strcmp(a, "--check-tensors")) s->check = 1;
+        else if (!strcmp(a, "--no-mmap")) s->no_mmap = 1;
         else if (!strcmp(a, "--debug-hold")) {
             VAL();
             s->hold = v;
@@ -258,7 +259,7 @@ static ink_server_opts server_opts(const sargs *s, const char *dir, const char *
     o.draft_dir = s->draft_model, o.spec_default = s->spec_default;
     o.draft_vocab = (int)s->en.dvocab, o.rollback_replay = (int)s->replay;
     o.block_size = (int)s->en.block, o.mtp_mode = !strcmp(s->mtp_mode, "compat") ? INK_MTP_COMPAT : INK_MTP_PER_DEPTH;
-    o.activations = s->act;
+    o.activations = s->act, o.no_mmap = s->no_mmap;
     o.expert_parallel = cli_dist_transport();
     o.n_threads = (int)s->threads, o.n_ctx = (int)s->n_ctx, o.queue_max = (int)s->queue, o.body_max = (size_t)s->body_limit;
     o.ping_s = s->ping, o.max_conn = (int)s->max_conn, o.timeout_s = (int)s->timeout, o.default_max_tokens = (int)s->n_predict;

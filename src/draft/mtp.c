@@ -84,6 +84,7 @@ int ink_drafter_open(ink_drafter **out, ink_model *target, const char *dir, ink_
     snprintf(path, sizeof path, "%s/config.json", dir);
     if ((rc = ink_config_load(&d->cfg, path, err))) goto fail;
     if ((rc = ink_tdir_open(&d->w.td, dir, INK_TDIR_MTP, err))) goto fail;
+    d->w.td.read = target->w.td.read; /* --no-mmap holds for the head too */
     const ink_config *c = &d->cfg, *tc = &target->cfg;
     int blocks = 0;
     for (int i = 0; i < d->w.td.n; i++) {

@@ -234,12 +234,41 @@ fail:
     return rc;
 }
 
+/* The whole file into memory of its own (page-aligned, as a mapping is), by pread in chunks of 64 MiB. */
+static int read_whole(ink_st_file *f, ink_err *err)
+{
+    void *m = NULL;
+    if (posix_memalign(&m, 4096, f->size ? f->size : 1))
+        return ink_err_set(err, INK_E_NOMEM, "%s: cannot allocate %zu bytes to read it into (--no-mmap)", f->path, f->size);
+    size_t off = 0;
+    while (off < f->size) {
+        size_t want = f->size - off < ((size_t)64 << 20) ? f->size - off : (size_t)64 << 20;
+        ssize_t r = pread(f->fd, (uint8_t *)m + off, want, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int rc = r < 0 ? ink_err_set(err, INK_E_IO, "%s: read failed at byte %zu: %s", f->path, off, strerror(errno))
+                           : ink_err_set(err, INK_E_IO, "%s: file ended at byte %zu, expected %zu bytes (changed since "
+                                                        "it was opened?)", f->path, off, f->size);
+            free(m);
+            return rc;
+        }
+        off += (size_t)r;
+    }
+    f->map = m;
+    return INK_OK;
+}
+
 int ink_st_map(ink_st_file *f, ink_err *err)
 {
     if (f->map) return INK_OK;
-    void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
-    if (m == MAP_FAILED) return ink_err_set(err, INK_E_IO, "%s: mmap failed: %s", f->path, strerror(errno));
-    f->map = m;
+    if (f->read) {
+        int rc = read_whole(f, err);
+        if (rc) return rc;
+    } else {
+        void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+        if (m == MAP_FAILED) return ink_err_set(err, INK_E_IO, "%s: mmap failed: %s", f->path, strerror(errno));
+        f->map = m;
+    }
     for (int i = 0; i < f->n; i++) f->t[i].data = f->map + f->data_off + f->t[i].begin;
     return INK_OK;
 }
@@ -247,7 +276,8 @@ int ink_st_map(ink_st_file *f, ink_err *err)
 void ink_st_close(ink_st_file *f)
 {
     if (!f) return;
-    if (f->map) munmap(f->map, f->size);
+    if (f->map && f->read) free(f->map);
+    else if (f->map) munmap(f->map, f->size);
     if (f->fd >= 0) close(f->fd);
     for (int i = 0; i < f->n; i++) free(f->t[i].name);
     free(f->t);

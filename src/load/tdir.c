@@ -313,5 +313,6 @@ const ink_tref *ink_tdir_find(const ink_tdir *d, const char *name)
 
 int ink_tdir_map(ink_tdir *d, const ink_tref *r, ink_err *err)
 {
+    d->files[r->file].read = d->read;
     return ink_st_map(&d->files[r->file], err);
 }

@@ -11,7 +11,8 @@
  *   INK_TDIR_MTP: only files that hold MTP tensors (from the index, plus unindexed files whose
  *     header holds such names); registered: names starting with "model.mtp." or "mtp.". Other
  *     shards are never opened.
- * Files are mapped lazily (ink_tdir_map). A name present in two files is an error. Index file
+ * Files are mapped lazily (ink_tdir_map), or read into memory of their own when `read` is set (see
+ * safetensors.h: --no-mmap). A name present in two files is an error. Index file
  * names must be plain names (no '/', no '..').
  *
  * Ownership: ink_tdir_open fills a caller-owned struct; ink_tdir_close frees everything in it.
@@ -36,13 +37,14 @@ typedef struct ink_tdir {
     int n;
     ink_tref *refs;            /* sorted by name */
     int has_index;
+    int read;                  /* 1: ink_tdir_map reads files instead of mapping them (--no-mmap) */
     char warn[512];            /* non-fatal notes (stale index); empty if none */
 } ink_tdir;
 
 int ink_tdir_open(ink_tdir *d, const char *dir, int purpose, ink_err *err);
 void ink_tdir_close(ink_tdir *d);
 const ink_tref *ink_tdir_find(const ink_tdir *d, const char *name);
-/* Maps the file holding `r` (once); afterwards r->t->data is valid. */
+/* Maps (or reads, with `read`) the file holding `r` once; afterwards r->t->data is valid. */
 int ink_tdir_map(ink_tdir *d, const ink_tref *r, ink_err *err);
 /* 1 if a tensor name belongs to the backbone (not skipped for INK_TDIR_TARGET). */
 int ink_tdir_is_backbone_name(const char *name);

@@ -804,6 +804,7 @@ static int model_open(ink_model **out, const char *dir, const ink_model_opts *op
     m->w.act_bf16 = act == INK_ACT_BF16;
     if ((rc = ink_config_load(&m->cfg, path, err))) goto fail;
     if ((rc = ink_tdir_open(&m->w.td, dir, INK_TDIR_TARGET, err))) goto fail;
+    m->w.td.read = opts && opts->no_mmap;
     const ink_config *c = &m->cfg;
     fill_info_cfg(c, &m->info);
     {

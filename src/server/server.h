@@ -42,6 +42,7 @@ typedef struct ink_server_opts {
     int n_threads;          /* <= 0: all cores */
     int check_tensors;      /* nonzero: --check-tensors (scan the weights for NaN/Inf at load) */
     int activations;        /* enum ink_activations (0: auto) */
+    int no_mmap;            /* 1: --no-mmap (ink_model_opts.no_mmap) */
     const ink_ep_transport *expert_parallel; /* NULL: one process; else rank 0 of an expert-parallel job */
     int n_ctx;              /* <= 0: min(model_max_length, 4096) */
     int queue_max;          /* requests waiting behind the running one; < 0: 8 */

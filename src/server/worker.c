@@ -44,7 +44,7 @@ static void load(ink_server *S)
     if (S->o.debug_hold) debug_hold(S, NULL);
     double t0 = ink_now_s();
     ink_model_opts mo = {.n_threads = S->o.n_threads, .activations = S->o.activations,
-                         .expert_parallel = S->o.expert_parallel};
+                         .expert_parallel = S->o.expert_parallel, .no_mmap = S->o.no_mmap};
     char path[4200];
     if (S->o.log) fprintf(S->o.log, "serve: loading %s\n", S->model_dir);
     if (ink_model_open(&S->model, S->model_dir, &mo, &e)) goto fail;
