@@ -90,6 +90,28 @@ static void test_safetensors_malformed(void **state)
     assert_int_equal(ink_st_numel(ink_st_find(&st, "s")), 1);
     ink_st_close(&st);
     ink_st_close(NULL);
+    /* read instead of mapped (--no-mmap): the same bytes, in memory of its own */
+    assert_int_equal(ink_st_open(&st, path, &e2), INK_OK);
+    st.read = 1;
+    assert_int_equal(ink_st_map(&st, &e2), INK_OK);
+    ink_st_file mp;
+    assert_int_equal(ink_st_open(&mp, path, &e2), INK_OK);
+    assert_int_equal(ink_st_map(&mp, &e2), INK_OK);
+    assert_int_equal(st.size, mp.size);
+    assert_memory_equal(st.map, mp.map, st.size);
+    assert_ptr_equal(ink_st_find(&st, "u")->data, st.map + st.data_off + 4);
+    ink_st_close(&mp);
+    ink_st_close(&st);
+    /* a file that shrank between the header's parse and the read: an error naming it, not a short read */
+    assert_int_equal(ink_st_open(&st, path, &e2), INK_OK);
+    assert_int_equal(truncate(path, (off_t)st.size - 3), 0);
+    st.read = 1;
+    ink_err e3 = {0};
+    assert_int_equal(ink_st_map(&st, &e3), INK_E_IO);
+    assert_null(st.map);
+    assert_non_null(strstr(e3.msg, path));
+    assert_non_null(strstr(e3.msg, "file ended at byte"));
+    ink_st_close(&st);
 }
 
 static void test_scalar_formats(void **state)
