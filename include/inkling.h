@@ -90,8 +90,8 @@ int ink_activations_parse(const char *s);
 const char *ink_activations_name(int a);
 
 /* Opens the checkpoint in directory `dir` (config.json + safetensors, sharded or not). Weights are
- * mmapped, never copied (small vectors such as norms are widened to f32), unless opts->no_mmap. On success the caller
- * owns *out and frees it with ink_model_free. */
+ * mmapped, never copied (small vectors such as norms are widened to f32), unless opts->no_mmap. On
+ * success the caller owns *out and frees it with ink_model_free. */
 int ink_model_open(ink_model **out, const char *dir, const ink_model_opts *opts, ink_err *err);
 /* The same with config.json and the safetensors headers only: every shape check of a full open, but
  * no tensor data mapped or read (vectors read as zeros). The model can be described (info,

@@ -656,8 +656,8 @@ static int run_bench(bench *b, json_t *J)
     for (int si = 0; si < b->nsets; si++)
         for (int i = 0; i < b->nmod; i++) {
             ink_kernels_select(b->sets[si]);
-            json_t *mj = bench_model(b->models[i], b->threads, b->act, b->no_mmap, b->bw[b->ntc - 1], b->peak[b->ntc - 1], b->quick,
-                                     b->json);
+            json_t *mj = bench_model(b->models[i], b->threads, b->act, b->no_mmap, b->bw[b->ntc - 1],
+                                     b->peak[b->ntc - 1], b->quick, b->json);
             if (mj) json_object_set_new(mj, "set", json_string(b->sets[si]->name)), json_array_append_new(MJ, mj);
         }
     ink_kernels_select(best_set);

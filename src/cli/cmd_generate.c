@@ -60,7 +60,8 @@ static void usage(FILE *f, const char *cmd)
                    "            --frequency-penalty F  --presence-penalty P  --seed S  --stop-eos | --ignore-eos\n"
                    "  drafting: --draft-kind auto|none|mtp  --draft-model DIR  --draft-block-size auto|K  --draft-max K\n"
                    "            --mtp-mode per-depth|compat  --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
-                   "  model:    -t/--threads N  -c N  --check-tensors  --no-mmap   (without -m: the bundled default model)\n");
+                   "  model:    -t/--threads N  -c N  --check-tensors  --no-mmap\n"
+                   "            (without -m: the bundled default model)\n");
         return;
     }
     fprintf(f,
@@ -71,7 +72,7 @@ static void usage(FILE *f, const char *cmd)
             "  drafting: --draft-kind auto|none|mtp  --draft-model DIR  --draft-block-size auto|K  --draft-max K\n"
             "            --mtp-mode per-depth|compat  --draft-vocab N  --rollback commit|replay  --stats-json FILE  --trace FILE\n"
             "  model:    -t/--threads N  -c N  --check-tensors  --activations auto|f32|int8|bf16  --no-mmap\n"
-            "            (without -m: the bundled default model; --no-mmap reads the weights into memory instead of mapping)\n"
+            "            (without -m: the bundled default model; --no-mmap: weights read into memory, not mapped)\n"
             "  profile:  --profile (per-op time of decode on stderr, and in --stats-json)\n",
             cmd);
 }

@@ -15,7 +15,8 @@ typedef struct common {
     int check_tensors, no_mmap;
 } common;
 
-/* Handles -m, --threads, -c, --check-tensors, --no-mmap. Returns 1 if argv[*i] was consumed, 0 if not, -1 on error. */
+/* Handles -m, --threads, -c, --check-tensors, --no-mmap. Returns 1 if argv[*i] was consumed, 0 if not,
+ * -1 on error. */
 static int common_arg(common *c, int argc, char **argv, int *i)
 {
     const char *a = argv[*i], *v;
@@ -180,7 +181,8 @@ int cmd_logits(int argc, char **argv)
                             "yet; pass --prompt-ids\n");
             return 2;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: inkling logits -m DIR --prompt-ids 1,2,3 -o OUT.npy [-t/--threads N] [-c N] [--check-tensors] [--no-mmap]\n");
+            printf("usage: inkling logits -m DIR --prompt-ids 1,2,3 -o OUT.npy [-t/--threads N] [-c N]\n"
+                   "                      [--check-tensors] [--no-mmap]\n");
             return 0;
         } else {
             fprintf(stderr, "inkling logits: unknown option %s\n", argv[i]);

@@ -239,16 +239,18 @@ static int read_whole(ink_st_file *f, ink_err *err)
 {
     void *m = NULL;
     if (posix_memalign(&m, 4096, f->size ? f->size : 1))
-        return ink_err_set(err, INK_E_NOMEM, "%s: cannot allocate %zu bytes to read it into (--no-mmap)", f->path, f->size);
+        return ink_err_set(err, INK_E_NOMEM, "%s: cannot allocate %zu bytes to read it into (--no-mmap)", f->path,
+                           f->size);
     size_t off = 0;
     while (off < f->size) {
         size_t want = f->size - off < ((size_t)64 << 20) ? f->size - off : (size_t)64 << 20;
         ssize_t r = pread(f->fd, (uint8_t *)m + off, want, (off_t)off);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
-            int rc = r < 0 ? ink_err_set(err, INK_E_IO, "%s: read failed at byte %zu: %s", f->path, off, strerror(errno))
-                           : ink_err_set(err, INK_E_IO, "%s: file ended at byte %zu, expected %zu bytes (changed since "
-                                                        "it was opened?)", f->path, off, f->size);
+            int rc = r < 0
+                         ? ink_err_set(err, INK_E_IO, "%s: read failed at byte %zu: %s", f->path, off, strerror(errno))
+                         : ink_err_set(err, INK_E_IO, "%s: file ended at byte %zu, expected %zu bytes (changed "
+                                                      "since it was opened?)", f->path, off, f->size);
             free(m);
             return rc;
         }
