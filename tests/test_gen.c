@@ -131,14 +131,14 @@ static double synth_alpha(const synth *m, int K, int j)
     return m->lock_k == K && m->lock_j == j ? m->lock_alpha : m->alpha;
 }
 
-/* The drafts a round of width K accepts (M = K - 1 drafts): each in turn with probability
- * synth_alpha (the LCG decides), until one is rejected. */
 static double synth_u(synth *m) /* the LCG's next uniform in [0, 1) */
 {
     m->rng = m->rng * 6364136223846793005ull + 1442695040888963407ull;
     return (double)(m->rng >> 11) / 9007199254740992.0;
 }
 
+/* The drafts a round of width K accepts (M = K - 1 drafts): each in turn with probability
+ * synth_alpha (the LCG decides), until one is rejected. */
 static int synth_draw(synth *m, int K, int M)
 {
     int a = 0;
